@@ -1,0 +1,3 @@
+"""Tickwork: a scheduler engine for user-scheduled future actions."""
+
+__version__ = "0.1.0"

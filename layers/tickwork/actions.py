@@ -1,0 +1,392 @@
+"""Scheduled actions and their state machine (playbook §3).
+
+    queued ──▶ submitted ──▶ published
+      │            ├───────▶ failed ──(admin retry)──▶ queued
+      │            └───────▶ queued   (never reached the provider, or a provable transient)
+      └──────────────────▶ cancelled
+
+Every transition is one conditional UPDATE naming the status it expects. A transition asked
+of a row in another state changes nothing and returns the row as it is, so callers can say
+why (`Transition.changed` is False); only a missing row comes back as `action=None`.
+Reschedule is cancel + insert with lineage; `publish_at` is never edited in place.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from tickwork.config import Settings
+from tickwork.db import Connection
+from tickwork.errors import (
+    ConflictError,
+    InputError,
+    NotFoundError,
+    PastTimeError,
+    PayloadTooLargeError,
+    UnknownActionTypeError,
+    UnknownTargetError,
+)
+from tickwork.sql import query
+from tickwork.wallclock import require_aware
+
+Status = Literal["queued", "submitted", "published", "failed", "cancelled"]
+ACTIVE: frozenset[str] = frozenset({"queued", "submitted"})
+TERMINAL: frozenset[str] = frozenset({"published", "failed", "cancelled"})
+
+# Mirrors the CHECK constraint on scheduled_actions.payload (bytes of its JSON text).
+PAYLOAD_MAX_BYTES = 65536
+MAX_KEY_LENGTH = 200
+
+_INSERT = query("insert_action")
+_GET = query("get_action")
+_GET_BY_DEDUPE_KEY = query("get_action_by_dedupe_key")
+_CANCEL = query("cancel_action")
+_RETRY = query("retry_action")
+_CLAIM = query("claim_actions")
+_FINALIZE = query("finalize_actions")
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One row of scheduled_actions, column for column."""
+
+    id: UUID
+    workspace_id: UUID
+    created_by: str | None
+    action_type: str
+    thing_id: str | None
+    target_key: str
+    payload: dict[str, Any]
+    publish_at: datetime
+    status: Status
+    error_code: str | None
+    last_error: str | None
+    attempt_count: int
+    manual_retries: int
+    next_attempt_at: datetime | None
+    enqueued_at: datetime | None
+    provider_id: str | None
+    submitted_at: datetime | None
+    finished_at: datetime | None
+    dedupe_key: str | None
+    rescheduled_from: UUID | None
+    source: str
+    recurring_schedule_id: UUID | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def due_at(self) -> datetime:
+        """When the row is next due: a backoff or retry time if set, else publish_at."""
+        return self.next_attempt_at or self.publish_at
+
+
+def action_from_row(row: Mapping[str, Any]) -> Action:
+    return Action(**{name: row[name] for name in Action.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class NewAction:
+    action_type: str
+    target_key: str
+    publish_at: datetime
+    payload: dict[str, Any] = field(default_factory=dict)
+    thing_id: str | None = None
+    dedupe_key: str | None = None
+    source: str = "api"
+    created_by: str | None = None
+    rescheduled_from: UUID | None = None
+    recurring_schedule_id: UUID | None = None
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    action: Action
+    created: bool  # False when an earlier request with the same dedupe key made the row
+
+
+@dataclass(frozen=True)
+class Transition:
+    """What a transition did: `changed` and the row after, or the row untouched and why not."""
+
+    changed: bool
+    action: Action | None
+
+    @property
+    def found(self) -> bool:
+        return self.action is not None
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def payload_size(payload: Mapping[str, Any]) -> int:
+    """Bytes of the payload as Postgres measures jsonb::text (a space after ':' and ',')."""
+    try:
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"payload is not plain JSON: {exc}", field="payload") from exc
+    return len(text.encode("utf-8"))
+
+
+def _check_key(value: str | None, name: str, *, required: bool) -> None:
+    if value is None:
+        if required:
+            raise InputError(f"{name} is required", field=name)
+        return
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{name} must be a non-empty string", field=name)
+    if len(value) > MAX_KEY_LENGTH:
+        raise InputError(f"{name} is longer than {MAX_KEY_LENGTH} characters", field=name)
+
+
+def validate(new: NewAction, settings: Settings, now: datetime) -> NewAction:
+    """Check a new action against the rules a person can act on; returns it with UTC time."""
+    action_type = settings.action_type(new.action_type)
+    if action_type is None:
+        known = ", ".join(sorted(settings.action_types))
+        raise UnknownActionTypeError(
+            f"unknown action_type {new.action_type!r}; known types: {known}", field="action_type"
+        )
+    _check_key(new.target_key, "target_key", required=True)
+    if action_type.targets is not None and new.target_key not in action_type.targets:
+        allowed = ", ".join(sorted(action_type.targets))
+        raise UnknownTargetError(
+            f"target_key {new.target_key!r} is not a target of {new.action_type};"
+            f" allowed: {allowed}",
+            field="target_key",
+        )
+    _check_key(new.thing_id, "thing_id", required=False)
+    _check_key(new.dedupe_key, "dedupe_key", required=False)
+    if not isinstance(new.payload, dict):
+        raise InputError("payload must be a JSON object", field="payload")
+    size = payload_size(new.payload)
+    if size > PAYLOAD_MAX_BYTES:
+        raise PayloadTooLargeError(
+            f"payload is {size} bytes; the limit is {PAYLOAD_MAX_BYTES} bytes",
+            field="payload",
+            details={"limit": PAYLOAD_MAX_BYTES, "size": size},
+        )
+    publish_at = require_aware(new.publish_at)
+    earliest = now - timedelta(seconds=settings.past_grace_seconds)
+    if publish_at < earliest:
+        raise PastTimeError(
+            f"publish_at {publish_at.isoformat()} is in the past; schedule a future time"
+            " or use send-now",
+            field="publish_at",
+        )
+    if publish_at > now + timedelta(days=settings.max_horizon_days):
+        raise InputError(
+            f"publish_at {publish_at.isoformat()} is more than {settings.max_horizon_days}"
+            " days ahead",
+            field="publish_at",
+        )
+    if new.publish_at is publish_at:
+        return new
+    return NewAction(**{**_fields(new), "publish_at": publish_at})
+
+
+def _fields(new: NewAction) -> dict[str, Any]:
+    return {name: getattr(new, name) for name in NewAction.__dataclass_fields__}
+
+
+# ----------------------------------------------------------------------- database errors
+
+_CONFLICT_MESSAGES = {
+    "ux_scheduled_actions_active_thing_target": (
+        "an active action already exists for this thing_id and target_key; cancel or"
+        " reschedule it instead"
+    ),
+    "scheduled_actions_publish_guard": (
+        "this thing_id and target_key were already published; it will not be sent again"
+    ),
+    "ux_scheduled_actions_dedupe": "an action with this idempotency key already exists",
+}
+
+
+@contextmanager
+def integrity_errors() -> Iterator[None]:
+    """Turn constraint violations into domain errors the API can explain."""
+    try:
+        yield
+    except psycopg.errors.UniqueViolation as exc:
+        constraint = exc.diag.constraint_name or ""
+        message = _CONFLICT_MESSAGES.get(constraint, "the action conflicts with an existing one")
+        raise ConflictError(message, details={"constraint": constraint}) from exc
+    except psycopg.errors.ForeignKeyViolation as exc:
+        raise NotFoundError("the workspace or referenced action does not exist") from exc
+    except psycopg.errors.CheckViolation as exc:
+        raise InputError(
+            f"the action breaks a rule: {exc.diag.constraint_name or exc.diag.message_primary}"
+        ) from exc
+
+
+# ------------------------------------------------------------------------- transitions
+
+
+def _insert(conn: Connection, workspace_id: UUID, new: NewAction) -> Scheduled:
+    params = _fields(new) | {"workspace_id": workspace_id, "payload": Jsonb(new.payload)}
+    with integrity_errors(), conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_INSERT, params).fetchone()
+        if row is not None:
+            return Scheduled(action_from_row(row), created=True)
+        # The dedupe key was taken: the first request's row is the answer.
+        row = cur.execute(
+            _GET_BY_DEDUPE_KEY, {"workspace_id": workspace_id, "dedupe_key": new.dedupe_key}
+        ).fetchone()
+    if row is None:  # pragma: no cover - the conflicting row was deleted in between
+        raise ConflictError("the idempotency key was taken by a row that no longer exists")
+    return Scheduled(action_from_row(row), created=False)
+
+
+def schedule(
+    conn: Connection, workspace_id: UUID, new: NewAction, settings: Settings, now: datetime
+) -> Scheduled:
+    """Insert a queued action after validating it. Same dedupe key → the first row."""
+    return _insert(conn, workspace_id, validate(new, settings, now))
+
+
+def get(conn: Connection, workspace_id: UUID, action_id: UUID) -> Action | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_GET, {"id": action_id, "workspace_id": workspace_id}).fetchone()
+    return action_from_row(row) if row else None
+
+
+def _transition(conn: Connection, sql: Any, params: dict[str, Any]) -> Transition:
+    with integrity_errors(), conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(sql, params).fetchone()
+    if row is None:
+        return Transition(changed=False, action=None)
+    return Transition(changed=bool(row["changed"]), action=action_from_row(row))
+
+
+def cancel(conn: Connection, workspace_id: UUID, action_id: UUID) -> Transition:
+    """queued → cancelled. Unchanged (with the row) when it is past queued."""
+    return _transition(conn, _CANCEL, {"id": action_id, "workspace_id": workspace_id})
+
+
+def retry(conn: Connection, workspace_id: UUID, action_id: UUID, settings: Settings) -> Transition:
+    """failed → queued on the same row, at most `max_manual_retries` times; due at once."""
+    return _transition(
+        conn,
+        _RETRY,
+        {
+            "id": action_id,
+            "workspace_id": workspace_id,
+            "max_manual_retries": settings.max_manual_retries,
+        },
+    )
+
+
+def reschedule(
+    conn: Connection,
+    workspace_id: UUID,
+    action_id: UUID,
+    publish_at: datetime,
+    settings: Settings,
+    now: datetime,
+    *,
+    source: str | None = None,
+    created_by: str | None = None,
+) -> tuple[Transition, Action | None]:
+    """Cancel a queued row and insert its replacement at `publish_at`, in one transaction.
+
+    Returns the cancel transition and the new row (None when the old row was not queued:
+    then nothing was written)."""
+    with conn.transaction():
+        cancelled = cancel(conn, workspace_id, action_id)
+        if not cancelled.changed or cancelled.action is None:
+            return cancelled, None
+        old = cancelled.action
+        replacement = NewAction(
+            action_type=old.action_type,
+            target_key=old.target_key,
+            publish_at=publish_at,
+            payload=old.payload,
+            thing_id=old.thing_id,
+            source=source or old.source,
+            created_by=created_by or old.created_by,
+            rescheduled_from=old.id,
+            recurring_schedule_id=old.recurring_schedule_id,
+        )
+        scheduled = schedule(conn, workspace_id, replacement, settings, now)
+    return cancelled, scheduled.action
+
+
+def claim(
+    conn: Connection, action_type: str, ids: Sequence[UUID], *, early_tolerance: float = 0.0
+) -> list[Action]:
+    """queued → submitted for every id that is queued and due; one statement for the batch."""
+    if not ids:
+        return []
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            _CLAIM,
+            {"ids": list(ids), "action_type": action_type, "early_tolerance": early_tolerance},
+        ).fetchall()
+    return [action_from_row(row) for row in rows]
+
+
+@dataclass(frozen=True)
+class Finalization:
+    """Where a submitted row goes next."""
+
+    action_id: UUID
+    status: Literal["published", "failed", "queued"]
+    provider_id: str | None = None
+    error_code: str | None = None
+    last_error: str | None = None
+    next_attempt_at: datetime | None = None
+    attempt_delta: int = 0
+
+
+def published(action_id: UUID, provider_id: str | None) -> Finalization:
+    return Finalization(action_id, "published", provider_id=provider_id)
+
+
+def failed(action_id: UUID, error_code: str, message: str) -> Finalization:
+    return Finalization(action_id, "failed", error_code=error_code, last_error=message)
+
+
+def requeued(action_id: UUID, next_attempt_at: datetime, message: str) -> Finalization:
+    """Back to queued after a transient error that provably did not deliver."""
+    return Finalization(action_id, "queued", last_error=message, next_attempt_at=next_attempt_at)
+
+
+def reverted(action_id: UUID, next_attempt_at: datetime | None, message: str) -> Finalization:
+    """Undo a claim that never reached the provider: the attempt is not counted."""
+    return Finalization(
+        action_id, "queued", last_error=message, next_attempt_at=next_attempt_at, attempt_delta=-1
+    )
+
+
+def finalize(conn: Connection, outcomes: Sequence[Finalization]) -> dict[UUID, str]:
+    """Apply outcomes to submitted rows in one statement; returns id → new status for the rows
+    that were still submitted (a row recovered as stuck meanwhile is left as it is)."""
+    if not outcomes:
+        return {}
+    columns: dict[str, list[Any]] = {
+        "ids": [], "statuses": [], "provider_ids": [], "error_codes": [],
+        "last_errors": [], "next_attempt_ats": [], "attempt_deltas": [],
+    }  # fmt: skip
+    for outcome in outcomes:
+        values = asdict(outcome)
+        columns["ids"].append(values["action_id"])
+        columns["statuses"].append(values["status"])
+        columns["provider_ids"].append(values["provider_id"])
+        columns["error_codes"].append(values["error_code"])
+        columns["last_errors"].append(values["last_error"])
+        columns["next_attempt_ats"].append(values["next_attempt_at"])
+        columns["attempt_deltas"].append(values["attempt_delta"])
+    rows = conn.execute(_FINALIZE, columns).fetchall()
+    return {row[0]: row[1] for row in rows}

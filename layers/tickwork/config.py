@@ -1,0 +1,133 @@
+"""Typed configuration, read once from the environment by `Settings.from_env()`.
+
+Nothing reads the environment at import time: handlers build Settings on first use and
+tests build them from a dict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tickwork.errors import ConfigError
+
+ENV_PREFIX = "TICKWORK_"
+
+
+class ActionTypeConfig(BaseModel):
+    """One kind of action: which provider sends it and what it may target."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: str
+    # None: any target key is accepted. Otherwise the closed set of targets.
+    targets: frozenset[str] | None = None
+    # Rows later than this when the tick sees them fail as `expired` instead of firing.
+    max_lateness_seconds: int | None = Field(default=None, gt=0)
+    # Provider-specific options (endpoint, sender, ...); secrets are referenced, not inlined.
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def max_lateness(self) -> timedelta | None:
+        if self.max_lateness_seconds is None:
+            return None
+        return timedelta(seconds=self.max_lateness_seconds)
+
+
+DEFAULT_ACTION_TYPES: dict[str, ActionTypeConfig] = {
+    "webhook": ActionTypeConfig(provider="webhook"),
+    "log": ActionTypeConfig(provider="log"),
+}
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Where the database is: a URL, or (in AWS) a Secrets Manager secret of the RDS shape.
+    database_url: str | None = None
+    database_secret_arn: str | None = None
+    # RDS Proxy endpoint, used instead of the host named in the secret.
+    database_host: str | None = None
+
+    action_types: dict[str, ActionTypeConfig] = Field(
+        default_factory=lambda: dict(DEFAULT_ACTION_TYPES)
+    )
+
+    # Input rules.
+    past_grace_seconds: int = Field(default=60, ge=0)
+    max_horizon_days: int = Field(default=3650, gt=0)
+    max_manual_retries: int = Field(default=5, ge=0)
+
+    # Kill switches: dispatch stops, rows stay queued, nothing is lost.
+    dispatch_enabled: bool = True
+    paused_action_types: frozenset[str] = frozenset()
+
+    # Tick.
+    lookahead_seconds: int = Field(default=120, ge=0, le=900)
+    tick_budget_seconds: float = Field(default=40.0, gt=0)
+    tick_batch_size: int = Field(default=2000, gt=0)
+    stuck_timeout_seconds: int = Field(default=900, gt=0)
+    redelivery_timeout_seconds: int = Field(default=900, gt=0)
+
+    # Dispatch.
+    max_attempts: int = Field(default=5, ge=1)
+    backoff_base_seconds: float = Field(default=2.0, gt=0)
+    backoff_cap_seconds: float = Field(default=900.0, gt=0)
+    provider_concurrency: int = Field(default=8, ge=1)
+    provider_timeout_seconds: float = Field(default=10.0, gt=0)
+    # A message may arrive up to this much before its row is due; the dispatcher waits it out.
+    max_early_wait_seconds: float = Field(default=1.5, ge=0)
+
+    # action_type -> SQS queue URL (AWS); the local runtime uses its in-process queue.
+    queue_urls: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("paused_action_types", mode="before")
+    @classmethod
+    def _split_csv(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return frozenset(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from TICKWORK_* variables (and DATABASE_URL)."""
+        source = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        if source.get("DATABASE_URL"):
+            values["database_url"] = source["DATABASE_URL"]
+        json_fields = {"action_types", "queue_urls"}
+        for name in cls.model_fields:
+            raw = source.get(ENV_PREFIX + name.upper())
+            if raw is None or raw == "":
+                continue
+            if name in json_fields:
+                try:
+                    values[name] = json.loads(raw)
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(
+                        f"{ENV_PREFIX}{name.upper()} is not valid JSON: {exc}"
+                    ) from exc
+            else:
+                values[name] = raw
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid configuration: {exc}") from exc
+
+    def action_type(self, name: str) -> ActionTypeConfig | None:
+        return self.action_types.get(name)
+
+    def dispatch_allowed(self, action_type: str) -> bool:
+        return self.dispatch_enabled and action_type not in self.paused_action_types
+
+
+@cache
+def settings() -> Settings:
+    """The process-wide settings, read from the environment on first use."""
+    return Settings.from_env()

@@ -1,0 +1,1 @@
+"""The local runtime: Tickwork whole on one machine, with no AWS account."""

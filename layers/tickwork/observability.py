@@ -1,0 +1,16 @@
+"""Powertools logger, metrics (EMF) and tracer, shared by every function.
+
+Powertools reads its POWERTOOLS_* variables when these objects are built; outside Lambda
+(tests, the local runtime) metrics are flushed to stdout only by handlers that ask.
+"""
+
+from __future__ import annotations
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+
+SERVICE = "tickwork"
+NAMESPACE = "Tickwork"
+
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+tracer = Tracer(service=SERVICE)

@@ -1,0 +1,86 @@
+-- Queries over scheduled_actions. Every state transition names the status it expects in its
+-- WHERE clause; a row in any other state is left alone and reported as it is.
+
+-- name: insert_action
+insert into scheduled_actions (
+    workspace_id, created_by, action_type, thing_id, target_key, payload, publish_at,
+    dedupe_key, rescheduled_from, source, recurring_schedule_id
+) values (
+    %(workspace_id)s, %(created_by)s, %(action_type)s, %(thing_id)s, %(target_key)s,
+    %(payload)s, %(publish_at)s, %(dedupe_key)s, %(rescheduled_from)s, %(source)s,
+    %(recurring_schedule_id)s
+)
+on conflict (workspace_id, dedupe_key) where dedupe_key is not null do nothing
+returning *
+
+-- name: get_action_by_dedupe_key
+select * from scheduled_actions
+where workspace_id = %(workspace_id)s and dedupe_key = %(dedupe_key)s
+
+-- name: get_action
+select * from scheduled_actions
+where id = %(id)s and workspace_id = %(workspace_id)s
+
+-- name: cancel_action
+-- queued -> cancelled. The second branch reports the row as it is when nothing changed.
+with changed as (
+    update scheduled_actions
+    set status = 'cancelled', finished_at = now()
+    where id = %(id)s and workspace_id = %(workspace_id)s and status = 'queued'
+    returning *
+)
+select true as changed, changed.* from changed
+union all
+select false as changed, a.* from scheduled_actions a
+where a.id = %(id)s and a.workspace_id = %(workspace_id)s
+  and not exists (select 1 from changed)
+
+-- name: retry_action
+-- failed -> queued, same row, bounded by manual_retries. Due at once: next_attempt_at = now().
+with changed as (
+    update scheduled_actions
+    set status = 'queued', manual_retries = manual_retries + 1, error_code = null,
+        last_error = null, next_attempt_at = now(), enqueued_at = null, submitted_at = null,
+        finished_at = null, provider_id = null
+    where id = %(id)s and workspace_id = %(workspace_id)s and status = 'failed'
+      and manual_retries < %(max_manual_retries)s
+    returning *
+)
+select true as changed, changed.* from changed
+union all
+select false as changed, a.* from scheduled_actions a
+where a.id = %(id)s and a.workspace_id = %(workspace_id)s
+  and not exists (select 1 from changed)
+
+-- name: claim_actions
+-- queued -> submitted for a whole batch, in one statement. Ids not returned were not
+-- claimable: cancelled, already claimed elsewhere, finished, or not yet due.
+update scheduled_actions
+set status = 'submitted', submitted_at = now(), attempt_count = attempt_count + 1
+where id = any(%(ids)s::uuid[])
+  and action_type = %(action_type)s
+  and status = 'queued'
+  and coalesce(next_attempt_at, publish_at) <= now() + make_interval(secs => %(early_tolerance)s)
+returning *
+
+-- name: finalize_actions
+-- submitted -> published | failed | queued, for a batch of outcomes, in one statement.
+-- attempt_delta is -1 when a claim is reverted before the provider was reached.
+update scheduled_actions a
+set status = f.status,
+    provider_id = coalesce(f.provider_id, a.provider_id),
+    error_code = f.error_code,
+    last_error = coalesce(f.last_error, a.last_error),
+    next_attempt_at = f.next_attempt_at,
+    attempt_count = a.attempt_count + f.attempt_delta,
+    finished_at = case when f.status in ('published', 'failed') then now() end,
+    submitted_at = case when f.status = 'queued' then null else a.submitted_at end,
+    enqueued_at = null
+from unnest(
+    %(ids)s::uuid[], %(statuses)s::text[], %(provider_ids)s::text[], %(error_codes)s::text[],
+    %(last_errors)s::text[], %(next_attempt_ats)s::timestamptz[], %(attempt_deltas)s::int[]
+) as f(id, status, provider_id, error_code, last_error, next_attempt_at, attempt_delta)
+where a.id = f.id
+  and a.status = 'submitted'
+  and f.status in ('published', 'failed', 'queued')
+returning a.id, a.status

@@ -1,0 +1,85 @@
+"""Time zones and wall-clock times.
+
+The rule for local times that a zone skips or repeats, applied everywhere Tickwork turns a
+wall time into an instant (API, recurring expansion, reconciler):
+
+- A time that does not exist (spring forward) is shifted forward by the length of the gap:
+  02:30 on the night New York jumps from 02:00 to 03:00 becomes 03:30 EDT.
+- A time that exists twice (fall back) means its first occurrence: 01:30 on the night New
+  York repeats 01:00-02:00 is 01:30 EDT, not 01:30 EST.
+
+Both follow from PEP 495 with fold=0, which is what `resolve_wall_time` uses.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+from functools import cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from tickwork.errors import InvalidTimeError, InvalidTimezoneError
+
+
+@cache
+def _known_zones() -> frozenset[str]:
+    return frozenset(available_timezones())
+
+
+def zone(name: str, *, field: str = "timezone") -> ZoneInfo:
+    """The IANA zone called `name`, or InvalidTimezoneError naming the bad value."""
+    if not isinstance(name, str) or name not in _known_zones():
+        raise InvalidTimezoneError(
+            f"unknown time zone {name!r}: use an IANA zone name such as 'America/New_York'",
+            field=field,
+        )
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:  # pragma: no cover - listed but unreadable
+        raise InvalidTimezoneError(f"time zone {name!r} cannot be loaded", field=field) from exc
+
+
+def resolve_wall_time(day: date, clock: time, tz: ZoneInfo) -> datetime:
+    """The UTC instant of wall time `day clock` in `tz`, by the module's gap/overlap rule."""
+    if clock.tzinfo is not None:
+        raise InvalidTimeError("a wall time must not carry its own offset", field="time")
+    local = datetime.combine(day, clock.replace(fold=0), tzinfo=tz)
+    return local.astimezone(UTC)
+
+
+def parse_wall_time(day: str, clock: str, tz_name: str) -> datetime:
+    """`resolve_wall_time` from the API's strings: 'YYYY-MM-DD', 'HH:MM[:SS]', zone name."""
+    tz = zone(tz_name)
+    try:
+        parsed_day = date.fromisoformat(day)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTimeError(
+            f"date {day!r} is not a date in YYYY-MM-DD form", field="date"
+        ) from exc
+    try:
+        parsed_clock = time.fromisoformat(clock)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTimeError(
+            f"time {clock!r} is not a time in HH:MM or HH:MM:SS form", field="time"
+        ) from exc
+    return resolve_wall_time(parsed_day, parsed_clock, tz)
+
+
+def require_aware(instant: datetime, *, field: str = "publish_at") -> datetime:
+    """`instant` in UTC; a naive datetime is refused rather than guessed."""
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        raise InvalidTimeError(
+            f"{field} must carry a UTC offset, e.g. 2026-05-20T09:00:00Z", field=field
+        )
+    return instant.astimezone(UTC)
+
+
+def local_rendering(instant: datetime, tz: ZoneInfo) -> str:
+    """ISO 8601 local time with offset, e.g. 2026-03-08T03:30:00-04:00."""
+    return instant.astimezone(tz).isoformat()
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+ZERO = timedelta(0)

@@ -1,0 +1,143 @@
+"""Test harness: a real Postgres for every test that touches the database.
+
+DATABASE_URL (any database on the server; used as the admin connection) when set, else an
+embedded Postgres started for the session. The schema is migrated once into a database of
+the session's own (one per xdist worker); before each test every table is emptied and stray
+connections are closed, so tests are free to commit, run threads and leave rows behind.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from uuid import UUID
+
+import psycopg
+import pytest
+from psycopg import sql
+from tickwork import migrate
+from tickwork.config import Settings
+from tickwork.db import Connection, connect
+from tickwork.local.embedded import EmbeddedPostgres, with_database
+
+_counter = itertools.count()
+
+
+def _prefix() -> str:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    return f"tickwork_test_{os.getpid()}_{worker}"
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    configured = os.environ.get("DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("embedded") / "pgdata", delete_on_exit=True)
+    server.tune_for_tests()
+    yield server.url()
+    server.stop()
+
+
+def create_database(admin_url: str, name: str) -> str:
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    return with_database(admin_url, name)
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
+        )
+
+
+@pytest.fixture(scope="session")
+def _session_database(pg_admin_url: str) -> Iterator[str]:
+    name = f"{_prefix()}_db"
+    drop_database(pg_admin_url, name)
+    url = create_database(pg_admin_url, name)
+    migrate.migrate(url)
+    yield url
+    drop_database(pg_admin_url, name)
+
+
+# Tables whose rows come from migrations (reference data) and survive the reset.
+REFERENCE_TABLES = frozenset({"schema_migrations"})
+
+
+def reset_database(url: str) -> None:
+    """Empty every table but the reference ones, after disconnecting anything a previous test
+    left behind (threads, servers): the next test starts on a clean, migrated schema."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "select pg_terminate_backend(pid) from pg_stat_activity"
+            " where datname = current_database() and pid <> pg_backend_pid()"
+        )
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "select tablename from pg_tables where schemaname = 'public'"
+            ).fetchall()
+            if name not in REFERENCE_TABLES
+        ]
+        if tables:
+            conn.execute(
+                sql.SQL("truncate {} restart identity cascade").format(
+                    sql.SQL(", ").join(sql.Identifier(t) for t in tables)
+                )
+            )
+
+
+@pytest.fixture
+def database_url(_session_database: str) -> str:
+    """A migrated database with no rows, the test's own until it ends.
+
+    Cloning a template database per test was measured here at 170-300 ms a test on the
+    embedded server; emptying the tables takes about 5 ms and leaves the same state."""
+    reset_database(_session_database)
+    return _session_database
+
+
+@pytest.fixture
+def empty_database_url(pg_admin_url: str) -> Iterator[str]:
+    """A database with nothing in it, not even the schema."""
+    name = f"{_prefix()}_{next(_counter)}"
+    yield create_database(pg_admin_url, name)
+    drop_database(pg_admin_url, name)
+
+
+@pytest.fixture
+def conn(database_url: str) -> Iterator[Connection]:
+    with connect(database_url) as connection:
+        yield connection
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    return Settings(database_url=database_url)
+
+
+@pytest.fixture
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def make_workspace(conn: Connection, name: str = "Acme", timezone: str = "UTC") -> UUID:
+    row = conn.execute(
+        "insert into workspaces (name, timezone) values (%s, %s) returning id", (name, timezone)
+    ).fetchone()
+    assert row is not None
+    return UUID(str(row[0]))
+
+
+@pytest.fixture
+def workspace(conn: Connection) -> UUID:
+    return make_workspace(conn)
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -1,0 +1,123 @@
+"""Bad input to schedule: a clear error naming the problem, and nothing written."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import psycopg
+import pytest
+from tickwork import actions
+from tickwork.actions import PAYLOAD_MAX_BYTES, NewAction
+from tickwork.errors import (
+    InputError,
+    InvalidTimeError,
+    InvalidTimezoneError,
+    PastTimeError,
+    PayloadTooLargeError,
+    UnknownActionTypeError,
+)
+from tickwork.wallclock import parse_wall_time
+
+
+def rows(conn) -> int:
+    return conn.execute("select count(*) from scheduled_actions").fetchone()[0]
+
+
+def attempt(conn, workspace, settings, now, **fields):
+    values = {"action_type": "webhook", "target_key": "primary",
+              "publish_at": now + timedelta(hours=1), "payload": {}}  # fmt: skip
+    values.update(fields)
+    return actions.schedule(conn, workspace, NewAction(**values), settings, now)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ({"action_type": "send_fax"}, UnknownActionTypeError, "unknown action_type 'send_fax'"),
+        ({"target_key": None}, InputError, "target_key is required"),
+        ({"target_key": "  "}, InputError, "target_key must be a non-empty string"),
+        ({"target_key": "x" * 201}, InputError, "target_key is longer than 200"),
+        ({"thing_id": ""}, InputError, "thing_id must be a non-empty string"),
+        ({"payload": ["not", "an", "object"]}, InputError, "payload must be a JSON object"),
+        ({"payload": {"n": float("nan")}}, InputError, "payload is not plain JSON"),
+        ({"payload": {"blob": "x" * PAYLOAD_MAX_BYTES}}, PayloadTooLargeError, "the limit is"),
+        ({"publish_at": datetime(2026, 5, 20, 9, 0)}, InvalidTimeError, "must carry a UTC offset"),
+    ],
+)
+def test_bad_input_is_refused_and_nothing_is_written(
+    conn, workspace, settings, now, fields, error, message
+):
+    with pytest.raises(error, match=message):
+        attempt(conn, workspace, settings, now, **fields)
+    assert rows(conn) == 0
+
+
+def test_a_past_time_is_refused(conn, workspace, settings, now):
+    with pytest.raises(PastTimeError, match="is in the past") as raised:
+        attempt(conn, workspace, settings, now, publish_at=now - timedelta(hours=2))
+    assert raised.value.details == {"field": "publish_at"}
+    assert rows(conn) == 0
+
+
+def test_a_time_within_the_grace_period_is_accepted(conn, workspace, settings, now):
+    # a request that took a moment to arrive still schedules "now"
+    attempt(conn, workspace, settings, now, publish_at=now - timedelta(seconds=30))
+    assert rows(conn) == 1
+
+
+def test_a_payload_exactly_at_the_bound_is_accepted(conn, workspace, settings, now):
+    # {"blob": "..."} is 12 bytes of framing around the string
+    payload = {"blob": "x" * (PAYLOAD_MAX_BYTES - 12)}
+    assert actions.payload_size(payload) == PAYLOAD_MAX_BYTES
+    attempt(conn, workspace, settings, now, payload=payload)
+    assert rows(conn) == 1
+
+
+def test_the_database_agrees_on_the_payload_bound(conn, workspace, now):
+    payload = '{"blob": "' + "x" * (PAYLOAD_MAX_BYTES - 11) + '"}'
+    with pytest.raises(psycopg.errors.CheckViolation, match="scheduled_actions_payload_size"):
+        conn.execute(
+            "insert into scheduled_actions (workspace_id, action_type, target_key, payload,"
+            " publish_at) values (%s, 'webhook', 't', %s::jsonb, now())",
+            (workspace, payload),
+        )
+
+
+def test_an_unknown_status_is_refused_by_the_database(conn, workspace):
+    with pytest.raises(psycopg.errors.CheckViolation, match="scheduled_actions_status_check"):
+        conn.execute(
+            "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at,"
+            " status) values (%s, 'webhook', 't', now(), 'sent')",
+            (workspace,),
+        )
+    assert rows(conn) == 0
+
+
+def test_an_invalid_zone_is_refused_before_any_write(conn, workspace, settings, now):
+    with pytest.raises(InvalidTimezoneError, match="unknown time zone 'Mars/Olympus_Mons'"):
+        parse_wall_time("2027-01-05", "09:00", "Mars/Olympus_Mons")
+    assert rows(conn) == 0
+
+
+def test_the_database_refuses_an_invalid_workspace_zone(conn):
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="unknown time zone"):
+        conn.execute("insert into workspaces (name, timezone) values ('x', 'Not/AZone')")
+    assert conn.execute("select count(*) from workspaces").fetchone()[0] == 0
+
+
+def test_an_unknown_workspace_is_not_found(conn, settings, now):
+    from uuid import uuid4
+
+    from tickwork.errors import NotFoundError
+
+    with pytest.raises(NotFoundError):
+        attempt(conn, uuid4(), settings, now)
+    assert rows(conn) == 0
+
+
+def test_the_same_dedupe_key_returns_the_first_row(conn, workspace, settings, now):
+    first = attempt(conn, workspace, settings, now, dedupe_key="req-1")
+    second = attempt(conn, workspace, settings, now, dedupe_key="req-1")
+    assert (first.created, second.created) == (True, False)
+    assert second.action.id == first.action.id
+    assert rows(conn) == 1

@@ -1,0 +1,45 @@
+import pytest
+from tickwork.config import Settings
+from tickwork.errors import ConfigError
+
+
+def test_defaults_need_no_environment():
+    settings = Settings.from_env({})
+    assert settings.database_url is None
+    assert "webhook" in settings.action_types
+    assert settings.dispatch_allowed("webhook")
+
+
+def test_environment_values_are_typed():
+    settings = Settings.from_env(
+        {
+            "DATABASE_URL": "postgresql://x/y",
+            "TICKWORK_DISPATCH_ENABLED": "false",
+            "TICKWORK_PAUSED_ACTION_TYPES": "send_sms, publish_post",
+            "TICKWORK_LOOKAHEAD_SECONDS": "90",
+            "TICKWORK_ACTION_TYPES": '{"send_sms": {"provider": "log", "targets": ["sms"],'
+            ' "max_lateness_seconds": 600}}',
+        }
+    )
+    assert settings.database_url == "postgresql://x/y"
+    assert settings.lookahead_seconds == 90
+    assert settings.paused_action_types == frozenset({"send_sms", "publish_post"})
+    sms = settings.action_type("send_sms")
+    assert sms is not None
+    assert sms.targets == frozenset({"sms"})
+    assert sms.max_lateness is not None
+    assert sms.max_lateness.total_seconds() == 600
+    assert not settings.dispatch_allowed("webhook")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TICKWORK_LOOKAHEAD_SECONDS": "5000"}, "lookahead_seconds"),
+        ({"TICKWORK_ACTION_TYPES": "{not json"}, "not valid JSON"),
+        ({"TICKWORK_ACTION_TYPES": '{"x": {"provider": "log", "colour": 1}}'}, "colour"),
+    ],
+)
+def test_bad_configuration_is_reported_with_the_setting(env, message):
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_env(env)

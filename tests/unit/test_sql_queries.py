@@ -1,0 +1,24 @@
+import pytest
+from tickwork import sql
+from tickwork.sql import _parse
+
+
+def test_named_queries_are_split_by_name_lines():
+    text = "-- preamble\n-- name: first\nselect 1\n\n-- name: second\n-- a comment\nselect 2\n"
+    assert _parse(text, "x.sql") == {"first": "select 1", "second": "-- a comment\nselect 2"}
+
+
+def test_a_name_defined_twice_is_refused():
+    with pytest.raises(ValueError, match="defined twice"):
+        _parse("-- name: a\nselect 1\n-- name: a\nselect 2\n", "x.sql")
+
+
+def test_an_empty_query_is_refused():
+    with pytest.raises(ValueError, match="is empty"):
+        _parse("-- name: a\n\n-- name: b\nselect 1\n", "x.sql")
+
+
+def test_the_shipped_queries_load():
+    assert {"claim_actions", "finalize_actions", "mark_due_enqueued"} <= sql.names()
+    with pytest.raises(KeyError):
+        sql.query("no_such_query")
