@@ -104,9 +104,12 @@ create statistics scheduled_actions_due_at on (coalesce(next_attempt_at, publish
 create index ix_scheduled_actions_enqueued on scheduled_actions (enqueued_at)
     where status = 'queued' and enqueued_at is not null;
 
--- Zombie recovery: rows claimed by a dispatcher that never finished.
-create index ix_scheduled_actions_submitted on scheduled_actions (submitted_at)
-    where status = 'submitted';
+-- Zombie recovery: rows claimed by a dispatcher that never finished. The predicate says
+-- "submitted" without naming status (only a submitted row has submitted_at and no
+-- finished_at), so the planner never picks this small index for the batch claim and
+-- finalize, where its stale row estimate turned a join into a scan of every submitted row.
+create index ix_scheduled_actions_in_flight on scheduled_actions (submitted_at)
+    where submitted_at is not null and finished_at is null;
 
 -- At most one active row per (thing, target). Playbook §2, scoped to the workspace.
 create unique index ux_scheduled_actions_active_thing_target on scheduled_actions

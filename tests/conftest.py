@@ -20,8 +20,16 @@ import pytest
 from psycopg import sql
 from tickwork import migrate
 from tickwork.config import Settings
-from tickwork.db import Connection, connect
+from tickwork.db import Connection, Database, connect
 from tickwork.local.embedded import EmbeddedPostgres, with_database
+from tickwork.providers import ProviderRegistry
+from tickwork.providers.log import LogProvider
+from tickwork.queues.memory import InProcessQueues
+from tickwork.runtime import Runtime
+
+# Metrics and traces have nowhere to go in tests.
+os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 
 _counter = itertools.count()
 
@@ -141,3 +149,18 @@ def workspace(conn: Connection) -> UUID:
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def runtime(database_url: str, settings: Settings) -> Iterator[Runtime]:
+    """Settings, database, in-process queues and quiet `log` providers for every type."""
+    engine = Runtime(
+        settings=settings,
+        db=Database(database_url),
+        queues=InProcessQueues(visibility_timeout=30),
+        providers=ProviderRegistry(settings),
+    )
+    for action_type in settings.action_types:
+        engine.providers.register(action_type, LogProvider({"quiet": True}))
+    yield engine
+    engine.db.close()

@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from tickwork.config import Settings
@@ -324,17 +324,25 @@ def reschedule(
 
 
 def claim(
-    conn: Connection, action_type: str, ids: Sequence[UUID], *, early_tolerance: float = 0.0
+    conn: Connection,
+    action_type: str,
+    ids: Sequence[UUID],
+    *,
+    early_tolerance: float = 0.0,
+    max_lateness: float | None = None,
 ) -> list[Action]:
-    """queued → submitted for every id that is queued and due; one statement for the batch."""
+    """queued → submitted for every id that is queued, due (allowing `early_tolerance` seconds
+    of clock skew) and not later than `max_lateness`; one statement for the batch."""
     if not ids:
         return []
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(
-            _CLAIM,
-            {"ids": list(ids), "action_type": action_type, "early_tolerance": early_tolerance},
-        ).fetchall()
-    return [action_from_row(row) for row in rows]
+    params = {
+        "ids": list(ids),
+        "action_type": action_type,
+        "early_tolerance": early_tolerance,
+        "max_lateness": max_lateness,
+    }
+    with conn.cursor(row_factory=class_row(Action)) as cur:
+        return cur.execute(_CLAIM, params).fetchall()
 
 
 @dataclass(frozen=True)
@@ -375,18 +383,14 @@ def finalize(conn: Connection, outcomes: Sequence[Finalization]) -> dict[UUID, s
     that were still submitted (a row recovered as stuck meanwhile is left as it is)."""
     if not outcomes:
         return {}
-    columns: dict[str, list[Any]] = {
-        "ids": [], "statuses": [], "provider_ids": [], "error_codes": [],
-        "last_errors": [], "next_attempt_ats": [], "attempt_deltas": [],
-    }  # fmt: skip
-    for outcome in outcomes:
-        values = asdict(outcome)
-        columns["ids"].append(values["action_id"])
-        columns["statuses"].append(values["status"])
-        columns["provider_ids"].append(values["provider_id"])
-        columns["error_codes"].append(values["error_code"])
-        columns["last_errors"].append(values["last_error"])
-        columns["next_attempt_ats"].append(values["next_attempt_at"])
-        columns["attempt_deltas"].append(values["attempt_delta"])
+    columns = {
+        "ids": [o.action_id for o in outcomes],
+        "statuses": [o.status for o in outcomes],
+        "provider_ids": [o.provider_id for o in outcomes],
+        "error_codes": [o.error_code for o in outcomes],
+        "last_errors": [o.last_error for o in outcomes],
+        "next_attempt_ats": [o.next_attempt_at for o in outcomes],
+        "attempt_deltas": [o.attempt_delta for o in outcomes],
+    }
     rows = conn.execute(_FINALIZE, columns).fetchall()
     return {row[0]: row[1] for row in rows}

@@ -1,9 +1,12 @@
-"""The `tickwork` command: migrate, and the local runtime's commands."""
+"""The `tickwork` command: migrations, the local runtime and its demo."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from tickwork import migrate as migrations
@@ -16,7 +19,7 @@ def _database_url(explicit: str | None) -> str:
         return explicit
     url, server = dev_database_url()
     if server is not None:
-        print(f"using the embedded Postgres at {server.url()} (set DATABASE_URL to use your own)")
+        print("using the embedded Postgres in .tickwork/pgdata (set DATABASE_URL to use your own)")
     return url
 
 
@@ -27,23 +30,94 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    url = _database_url(None)
-    applied = migrations.migrate(url)
-    print("applied: " + ", ".join(applied) if applied else "schema is up to date")
-    print("the database is ready; the local runtime (tick, queues, dispatchers) is not built yet")
+    from tickwork.config import Settings
+    from tickwork.local.demo import seed_demo
+    from tickwork.local.receiver import describe
+    from tickwork.local.runner import LocalRuntime
+
+    url = _database_url(args.database_url)
+    local = LocalRuntime(
+        url,
+        Settings.from_env(),
+        tick_interval=args.tick_interval,
+        workers_per_type=args.workers,
+        batch_size=args.batch_size,
+        receiver_port=args.receiver_port,
+        on_delivery=lambda delivery: print(describe(delivery), flush=True),
+    )
+    local.start()
+    print(
+        f"tickwork is running: tick every {args.tick_interval:g}s"
+        f" (look-ahead {local.settings.lookahead_seconds}s),"
+        f" {args.workers} dispatcher(s) per action type,"
+        f" webhook receiver at {local.receiver.url}"
+    )
+    if args.demo:
+        plan = seed_demo(
+            local.runtime.db.connection(), local.settings, count=4, first=2, last=8, move_by=3
+        )
+        print(
+            f"scheduled {len(plan.ids) - 1} demo webhooks (one cancelled, one rescheduled);"
+            " they arrive below. `make demo` in another terminal schedules a dozen more."
+        )
+    print("Ctrl-C stops.", flush=True)
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        stopped.wait()
+    print("\nstopping...", flush=True)
+    local.stop()
     return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from tickwork.config import Settings
+    from tickwork.db import connect
+    from tickwork.local.demo import seed_demo, watch
+
+    url = _database_url(args.database_url)
+    migrations.migrate(url)
+    with connect(url) as conn:
+        plan = seed_demo(conn, Settings.from_env(), args.count, args.first, args.last)
+        print(
+            f"scheduled {args.count} webhooks due {args.first:g}-{args.last:g} s from now;"
+            f" cancelled"
+            f" {len(plan.cancelled)}, rescheduled {len(plan.rescheduled)}."
+            " Watching until they settle (they fire in the `make dev` terminal)."
+        )
+        if watch(conn, plan.ids, timeout=args.timeout):
+            print("all settled.")
+            return 0
+    print("not all settled in time: is `make dev` running against the same database?")
+    return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tickwork", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    url_help = "default: DATABASE_URL, else the embedded Postgres in .tickwork/"
 
     migrate = commands.add_parser("migrate", help="apply pending database migrations")
-    migrate.add_argument("--database-url", help="default: DATABASE_URL, else the embedded Postgres")
+    migrate.add_argument("--database-url", help=url_help)
     migrate.set_defaults(run=cmd_migrate)
 
-    dev = commands.add_parser("dev", help="run Tickwork locally")
+    dev = commands.add_parser("dev", help="run Tickwork locally, whole, in one process")
+    dev.add_argument("--database-url", help=url_help)
+    dev.add_argument("--tick-interval", type=float, default=60.0, help="seconds (default 60)")
+    dev.add_argument("--workers", type=int, default=2, help="dispatchers per action type")
+    dev.add_argument("--batch-size", type=int, default=10, help="messages per dispatch")
+    dev.add_argument("--receiver-port", type=int, default=8787, help="local webhook receiver")
+    dev.add_argument("--no-demo", dest="demo", action="store_false",
+                     help="do not schedule the few demo webhooks at start")  # fmt: skip
     dev.set_defaults(run=cmd_dev)
+
+    demo = commands.add_parser("demo", help="schedule demo webhooks and watch them settle")
+    demo.add_argument("--database-url", help=url_help)
+    demo.add_argument("--count", type=int, default=12)
+    demo.add_argument("--first", type=float, default=5.0, help="seconds until the first is due")
+    demo.add_argument("--last", type=float, default=40.0, help="seconds until the last is due")
+    demo.add_argument("--timeout", type=float, default=90.0)
+    demo.set_defaults(run=cmd_demo)
     return parser
 
 

@@ -83,6 +83,9 @@ class Settings(BaseModel):
     provider_timeout_seconds: float = Field(default=10.0, gt=0)
     # A message may arrive up to this much before its row is due; the dispatcher waits it out.
     max_early_wait_seconds: float = Field(default=1.5, ge=0)
+    # How far the dispatcher's clock may run ahead of the database's without a row being
+    # refused as not yet due.
+    clock_skew_tolerance_seconds: float = Field(default=0.5, ge=0)
 
     # action_type -> SQS queue URL (AWS); the local runtime uses its in-process queue.
     queue_urls: dict[str, str] = Field(default_factory=dict)

@@ -1,16 +1,41 @@
-"""The tick: hands due rows to the queue of their action type."""
+"""The tick: recovers zombies, expires stale rows, and hands due rows to their queues.
+
+It drains rather than sips: it marks due rows enqueued in batches (FOR UPDATE SKIP LOCKED,
+so concurrent ticks take disjoint rows), sends them with the whole seconds until they are
+due as the message delay, and loops until nothing is due within the look-ahead or its time
+budget is spent. A row whose send failed is un-marked for the next pass; a row whose
+message was lost is found again after the redelivery timeout.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass
-from datetime import datetime
+import time
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from tickwork.config import Settings
 from tickwork.db import Connection
+from tickwork.observability import NAMESPACE, logger, metrics, metrics_enabled
+from tickwork.queues.port import OutgoingMessage, QueuePort
+from tickwork.runtime import Runtime
 from tickwork.sql import query
+from tickwork.wallclock import utcnow
 
 _MARK_DUE = query("mark_due_enqueued")
+_MARK_BY_ID = query("mark_enqueued_by_id")
+_UNMARK = query("unmark_enqueued")
+_RELEASE_LOST = query("release_lost_messages")
+_RECOVER_STUCK = query("recover_stuck")
+_EXPIRE_LATE = query("expire_late")
+
+EXPIRY_BATCH = 5000
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,12 +45,199 @@ class DueRow:
     due_at: datetime
 
 
+@dataclass
+class TickSummary:
+    dispatch_enabled: bool = True
+    enqueued: dict[str, int] = field(default_factory=dict)
+    recovered: int = 0
+    expired: int = 0
+    redelivered: int = 0
+    send_failures: int = 0
+    passes: int = 0
+    elapsed_seconds: float = 0.0
+
+    @property
+    def due(self) -> int:
+        """Rows found due: those enqueued plus those whose send failed."""
+        return sum(self.enqueued.values()) + self.send_failures
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dispatch_enabled": self.dispatch_enabled,
+            "due": self.due,
+            "enqueued": sum(self.enqueued.values()),
+            "enqueued_by_type": dict(self.enqueued),
+            "recovered": self.recovered,
+            "expired": self.expired,
+            "redelivered": self.redelivered,
+            "send_failures": self.send_failures,
+            "passes": self.passes,
+            "elapsed_seconds": round(self.elapsed_seconds, 3),
+        }
+
+
+def active_action_types(settings: Settings) -> list[str]:
+    """Types the tick may enqueue: configured and not paused by a kill switch."""
+    return [name for name in settings.action_types if settings.dispatch_allowed(name)]
+
+
 def mark_due(
-    conn: Connection, horizon: datetime, batch_size: int, paused_types: Collection[str] = ()
+    conn: Connection, horizon: datetime, batch_size: int, action_types: Collection[str]
 ) -> list[DueRow]:
     """Mark the next batch of rows due by `horizon` as enqueued; returns them in due order."""
     rows = conn.execute(
         _MARK_DUE,
-        {"horizon": horizon, "batch_size": batch_size, "paused_types": list(paused_types)},
+        {"horizon": horizon, "batch_size": batch_size, "action_types": list(action_types)},
     ).fetchall()
     return [DueRow(*row) for row in rows]
+
+
+def unmark(conn: Connection, ids: Iterable[UUID]) -> None:
+    id_list = list(ids)
+    if id_list:
+        conn.execute(_UNMARK, {"ids": id_list})
+
+
+def send_rows(
+    conn: Connection, queues: QueuePort, rows: Sequence[DueRow], now: datetime
+) -> tuple[dict[str, int], list[UUID]]:
+    """Send marked rows to their queues; un-mark the ones that failed.
+    Returns (sent per action type, failed ids)."""
+    by_type: dict[str, list[OutgoingMessage]] = defaultdict(list)
+    for row in rows:
+        by_type[row.action_type].append(
+            OutgoingMessage.for_row(row.id, row.action_type, row.due_at, now)
+        )
+    sent: dict[str, int] = {}
+    failed: list[UUID] = []
+    for action_type, messages in by_type.items():
+        not_sent = queues.send(action_type, messages)
+        failed.extend(not_sent)
+        sent[action_type] = len(messages) - len(not_sent)
+    unmark(conn, failed)
+    return sent, failed
+
+
+def enqueue_soon(
+    conn: Connection,
+    queues: QueuePort,
+    ids: Sequence[UUID],
+    settings: Settings,
+    now: datetime | None = None,
+) -> int:
+    """Hand the named rows to their queues now if they are due within the look-ahead, so a
+    row created (or backed off) inside the current tick window still fires on time.
+    Returns how many were sent."""
+    if not ids:
+        return 0
+    now = now or utcnow()
+    horizon = now + timedelta(seconds=settings.lookahead_seconds)
+    marked = conn.execute(
+        _MARK_BY_ID,
+        {"ids": list(ids), "horizon": horizon, "action_types": active_action_types(settings)},
+    ).fetchall()
+    sent, _ = send_rows(conn, queues, [DueRow(*row) for row in marked], now)
+    return sum(sent.values())
+
+
+def recover_stuck(conn: Connection, settings: Settings) -> int:
+    rows = conn.execute(
+        _RECOVER_STUCK, {"stuck_timeout": settings.stuck_timeout_seconds}
+    ).fetchall()
+    return len(rows)
+
+
+def expire_late(conn: Connection, settings: Settings, action_types: Iterable[str]) -> int:
+    expired = 0
+    for name in action_types:
+        config = settings.action_types[name]
+        if config.max_lateness_seconds is None:
+            continue
+        while True:
+            rows = conn.execute(
+                _EXPIRE_LATE,
+                {"action_type": name, "max_lateness": config.max_lateness_seconds,
+                 "batch_size": EXPIRY_BATCH},
+            ).fetchall()  # fmt: skip
+            expired += len(rows)
+            if len(rows) < EXPIRY_BATCH:
+                break
+    return expired
+
+
+def release_lost(conn: Connection, settings: Settings) -> int:
+    rows = conn.execute(
+        _RELEASE_LOST, {"redelivery_timeout": settings.redelivery_timeout_seconds}
+    ).fetchall()
+    return len(rows)
+
+
+def run_tick(
+    conn: Connection,
+    queues: QueuePort,
+    settings: Settings,
+    *,
+    budget_seconds: float | None = None,
+    clock: Callable[[], datetime] = utcnow,
+) -> TickSummary:
+    started = time.monotonic()
+    deadline = started + (budget_seconds or settings.tick_budget_seconds)
+    summary = TickSummary(dispatch_enabled=settings.dispatch_enabled)
+    if not settings.dispatch_enabled:
+        return summary
+    action_types = active_action_types(settings)
+    summary.recovered = recover_stuck(conn, settings)
+    summary.expired = expire_late(conn, settings, action_types)
+    summary.redelivered = release_lost(conn, settings)
+    lookahead = timedelta(seconds=settings.lookahead_seconds)
+    while time.monotonic() < deadline:
+        now = clock()
+        rows = mark_due(conn, now + lookahead, settings.tick_batch_size, action_types)
+        if not rows:
+            break
+        summary.passes += 1
+        sent, failed = send_rows(conn, queues, rows, now)
+        for action_type, count in sent.items():
+            summary.enqueued[action_type] = summary.enqueued.get(action_type, 0) + count
+        if failed:
+            # The queue is refusing: leave the rest for the next tick rather than spin.
+            summary.send_failures += len(failed)
+            break
+    summary.elapsed_seconds = time.monotonic() - started
+    return summary
+
+
+def emit_metrics(summary: TickSummary) -> None:
+    if not metrics_enabled():
+        return
+    metrics.add_metric(name="TickDue", unit=MetricUnit.Count, value=summary.due)
+    metrics.add_metric(
+        name="TickEnqueued", unit=MetricUnit.Count, value=sum(summary.enqueued.values())
+    )
+    metrics.add_metric(name="RecoveredStuck", unit=MetricUnit.Count, value=summary.recovered)
+    metrics.add_metric(name="Expired", unit=MetricUnit.Count, value=summary.expired)
+    metrics.add_metric(name="Redelivered", unit=MetricUnit.Count, value=summary.redelivered)
+    metrics.add_metric(name="SendFailures", unit=MetricUnit.Count, value=summary.send_failures)
+    metrics.add_metric(
+        name="TickElapsed", unit=MetricUnit.Seconds, value=round(summary.elapsed_seconds, 3)
+    )
+    for action_type, count in summary.enqueued.items():
+        with single_metric(
+            name="Enqueued", unit=MetricUnit.Count, value=count, namespace=NAMESPACE
+        ) as metric:
+            metric.add_dimension(name="action_type", value=action_type)
+
+
+# Left for the Lambda to return its summary and flush metrics after the budget ends.
+TICK_MARGIN_SECONDS = 5.0
+
+
+def handle_tick(context: LambdaContext, runtime: Runtime) -> dict[str, Any]:
+    remaining = context.get_remaining_time_in_millis() / 1000 - TICK_MARGIN_SECONDS
+    budget = max(1.0, min(runtime.settings.tick_budget_seconds, remaining))
+    summary = run_tick(
+        runtime.db.connection(), runtime.queues, runtime.settings, budget_seconds=budget
+    )
+    emit_metrics(summary)
+    logger.info("tick", extra=summary.as_dict())
+    return summary.as_dict()

@@ -57,7 +57,7 @@ def test_the_due_query_uses_the_partial_due_index(conn, big_table):
     plan = plan_of(
         conn,
         query("mark_due_enqueued"),
-        {"horizon": big_table, "batch_size": 500, "paused_types": []},
+        {"horizon": big_table, "batch_size": 500, "action_types": ["webhook"]},
     )
     assert "ix_scheduled_actions_due" in index_scans(plan), json.dumps(plan, indent=1)
     assert "scheduled_actions" not in seq_scans(plan)
@@ -66,5 +66,35 @@ def test_the_due_query_uses_the_partial_due_index(conn, big_table):
 def test_the_due_query_takes_only_the_due_rows(conn, big_table):
     from tickwork.tick import mark_due
 
-    due = mark_due(conn, big_table, batch_size=500)
+    due = mark_due(conn, big_table, batch_size=500, action_types=["webhook"])
     assert len(due) == 100
+
+
+def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
+    # Given a burst in flight: many rows already submitted by other dispatchers
+    conn.execute(
+        "update scheduled_actions set status = 'submitted', submitted_at = now(),"
+        " attempt_count = 1 where id in (select id from scheduled_actions limit 3000)"
+    )
+    ids = [row[0] for row in conn.execute("select id from scheduled_actions limit 500")]
+    n = len(ids)
+    claim = plan_of(
+        conn,
+        query("claim_actions"),
+        {"ids": ids, "action_type": "webhook", "early_tolerance": 0.5, "max_lateness": None},
+    )
+    finalize = plan_of(
+        conn,
+        query("finalize_actions"),
+        {"ids": ids, "statuses": ["published"] * n, "provider_ids": ["p"] * n,
+         "error_codes": [None] * n, "last_errors": [None] * n,
+         "next_attempt_ats": [None] * n, "attempt_deltas": [0] * n},
+    )  # fmt: skip
+    for plan in (claim, finalize):
+        assert index_scans(plan) == {"scheduled_actions_pkey"}, json.dumps(plan, indent=1)
+        assert "scheduled_actions" not in seq_scans(plan)
+
+
+def test_zombie_recovery_uses_the_in_flight_index(conn, big_table):
+    plan = plan_of(conn, query("recover_stuck"), {"stuck_timeout": 900})
+    assert "ix_scheduled_actions_in_flight" in index_scans(plan), json.dumps(plan, indent=1)

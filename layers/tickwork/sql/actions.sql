@@ -54,13 +54,15 @@ where a.id = %(id)s and a.workspace_id = %(workspace_id)s
 
 -- name: claim_actions
 -- queued -> submitted for a whole batch, in one statement. Ids not returned were not
--- claimable: cancelled, already claimed elsewhere, finished, or not yet due.
+-- claimable: cancelled, already claimed elsewhere, finished, not yet due, or too late.
 update scheduled_actions
 set status = 'submitted', submitted_at = now(), attempt_count = attempt_count + 1
 where id = any(%(ids)s::uuid[])
   and action_type = %(action_type)s
   and status = 'queued'
   and coalesce(next_attempt_at, publish_at) <= now() + make_interval(secs => %(early_tolerance)s)
+  and (%(max_lateness)s::float8 is null
+       or coalesce(next_attempt_at, publish_at) >= now() - make_interval(secs => %(max_lateness)s))
 returning *
 
 -- name: finalize_actions

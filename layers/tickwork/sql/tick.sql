@@ -1,8 +1,10 @@
--- Queries of the tick: the cron that hands due rows to their queues.
+-- Queries of the tick, the cron that hands due rows to their queues, and of the paths that
+-- enqueue a row at once (the API for rows due within the look-ahead, dispatcher backoffs).
 
 -- name: mark_due_enqueued
 -- Takes the next batch of due rows that are in no queue, in (due time, id) order, and marks
--- them enqueued. SKIP LOCKED lets concurrent ticks take disjoint batches.
+-- them enqueued. SKIP LOCKED lets concurrent ticks take disjoint batches; the outer WHERE
+-- re-checks the state so a row is never marked twice.
 with marked as (
     update scheduled_actions a
     set enqueued_at = now()
@@ -12,7 +14,7 @@ with marked as (
             where status = 'queued'
               and enqueued_at is null
               and coalesce(next_attempt_at, publish_at) <= %(horizon)s
-              and action_type <> all(%(paused_types)s::text[])
+              and action_type = any(%(action_types)s::text[])
             order by coalesce(next_attempt_at, publish_at), id
             limit %(batch_size)s
             for update skip locked
@@ -21,3 +23,59 @@ with marked as (
     returning a.id, a.action_type, coalesce(a.next_attempt_at, a.publish_at) as due_at
 )
 select id, action_type, due_at from marked order by due_at, id
+
+-- name: mark_enqueued_by_id
+-- The same marking for named rows, when they are due within the horizon.
+update scheduled_actions
+set enqueued_at = now()
+where id = any(%(ids)s::uuid[])
+  and status = 'queued'
+  and enqueued_at is null
+  and coalesce(next_attempt_at, publish_at) <= %(horizon)s
+  and action_type = any(%(action_types)s::text[])
+returning id, action_type, coalesce(next_attempt_at, publish_at) as due_at
+
+-- name: unmark_enqueued
+-- A queued row whose message was not sent, or could not be acted on, goes back to the tick.
+update scheduled_actions
+set enqueued_at = null
+where id = any(%(ids)s::uuid[]) and status = 'queued' and enqueued_at is not null
+
+-- name: release_lost_messages
+-- Queued rows handed to a queue so long ago that their message must have been lost.
+update scheduled_actions
+set enqueued_at = null
+where status = 'queued'
+  and enqueued_at < now() - make_interval(secs => %(redelivery_timeout)s)
+returning id
+
+-- name: recover_stuck
+-- Zombies: claimed by a dispatcher that never recorded an outcome (crashed, timed out).
+-- The provider may have been called, so the row fails as `stuck` instead of firing again.
+update scheduled_actions
+set status = 'failed', error_code = 'stuck', finished_at = now(),
+    last_error = 'no outcome recorded within ' || %(stuck_timeout)s || ' s of the claim'
+where status = 'submitted'
+  and finished_at is null
+  and submitted_at < now() - make_interval(secs => %(stuck_timeout)s)
+returning id, action_type
+
+-- name: expire_late
+-- Rows of one action type too late to be worth sending fail as `expired`.
+update scheduled_actions
+set status = 'failed', error_code = 'expired', finished_at = now(),
+    last_error = 'not sent: more than ' || %(max_lateness)s || ' s late'
+where id = any(array(
+        select id
+        from scheduled_actions
+        where status = 'queued'
+          and enqueued_at is null
+          and coalesce(next_attempt_at, publish_at)
+              < now() - make_interval(secs => %(max_lateness)s)
+          and action_type = %(action_type)s
+        order by coalesce(next_attempt_at, publish_at), id
+        limit %(batch_size)s
+        for update skip locked
+    ))
+  and status = 'queued'
+returning id

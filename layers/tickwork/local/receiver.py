@@ -1,0 +1,91 @@
+"""A local webhook receiver: verifies Standard Webhooks signatures and prints each delivery
+as it arrives, with how late it came."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tickwork.providers.webhook import decode_secret, verify
+
+
+@dataclass(frozen=True)
+class ReceivedWebhook:
+    message_id: str
+    arrived_at: float
+    verified: bool
+    body: dict[str, Any]
+
+    @property
+    def lag_seconds(self) -> float | None:
+        try:
+            due = datetime.fromisoformat(self.body["data"]["publish_at"]).timestamp()
+        except (KeyError, TypeError, ValueError):
+            return None
+        return self.arrived_at - due
+
+
+class WebhookReceiver:
+    def __init__(
+        self,
+        secret: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        on_delivery: Callable[[ReceivedWebhook], None] | None = None,
+    ) -> None:
+        self.secret = decode_secret(secret)
+        self.deliveries: list[ReceivedWebhook] = []
+        self.on_delivery = on_delivery
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                arrived = time.time()
+                raw = self.rfile.read(int(self.headers.get("content-length", "0")))
+                headers = {key.lower(): value for key, value in self.headers.items()}
+                verified = verify(receiver.secret, headers, raw)
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = {}
+                delivery = ReceivedWebhook(headers.get("webhook-id", ""), arrived, verified, body)
+                receiver.deliveries.append(delivery)
+                self.send_response(204 if verified else 401)
+                self.end_headers()
+                if receiver.on_delivery is not None:
+                    receiver.on_delivery(delivery)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://{host}:{self.server.server_port}/hooks"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> WebhookReceiver:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def describe(delivery: ReceivedWebhook) -> str:
+    data = delivery.body.get("data", {})
+    lag = delivery.lag_seconds
+    lag_text = f"{lag * 1000:+.0f} ms" if lag is not None else "?"
+    arrived = datetime.fromtimestamp(delivery.arrived_at).strftime("%H:%M:%S.%f")[:-3]
+    mark = "" if delivery.verified else "  (BAD SIGNATURE)"
+    return (
+        f"{arrived}  webhook {data.get('id', '?')[:8]}  {data.get('target_key', '?')}"
+        f"  thing={data.get('thing_id') or '-'}  due {data.get('publish_at', '?')[11:23]}"
+        f"  arrived {lag_text}{mark}"
+    )

@@ -1,0 +1,202 @@
+"""The local runtime: Tickwork whole in one process, through the same handlers Lambda runs.
+
+- the tick handler on a timer (and at once when poked);
+- one in-process queue per action type, with delay, visibility timeout and redrive;
+- dispatcher workers that receive batches and call the dispatcher handler with
+  Lambda-shaped SQS events, deleting what it did not report as failed;
+- a webhook receiver that prints each delivery as it arrives.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from tickwork import migrate, runtime
+from tickwork.config import ActionTypeConfig, Settings
+from tickwork.db import Database, connect
+from tickwork.local import handlers
+from tickwork.local.receiver import ReceivedWebhook, WebhookReceiver
+from tickwork.observability import logger
+from tickwork.providers import ProviderRegistry
+from tickwork.queues.memory import InProcessQueue, InProcessQueues, Message
+
+log = logging.getLogger("tickwork.local")
+
+# A fixed key, so a receiver in another process can verify what the dev runtime signs.
+DEV_WEBHOOK_SECRET = (
+    "whsec_" + base64.b64encode(hashlib.sha256(b"tickwork local development").digest()).decode()
+)
+
+DISPATCHER_TIMEOUT_SECONDS = 60.0
+TICK_TIMEOUT_SECONDS = 60.0
+
+
+def quiet_powertools() -> None:
+    """Locally, EMF metrics and X-Ray have nowhere to go; logs only above INFO."""
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    logger.setLevel(os.environ["POWERTOOLS_LOG_LEVEL"])
+    # With metrics off, every handler invocation would warn that it had none to publish.
+    warnings.filterwarnings("ignore", message="No application metrics to publish")
+
+
+def dev_action_types(receiver_url: str) -> dict[str, ActionTypeConfig]:
+    return {
+        "webhook": ActionTypeConfig(
+            provider="webhook",
+            targets=frozenset({"primary"}),
+            options={"endpoints": {"primary": {"url": receiver_url, "secret": DEV_WEBHOOK_SECRET}}},
+        ),
+        "log": ActionTypeConfig(provider="log"),
+    }
+
+
+def sqs_record(message: Message, queue: InProcessQueue) -> dict[str, Any]:
+    """A Lambda SQS event record for an in-process message."""
+    return {
+        "messageId": message.message_id,
+        "receiptHandle": message.receipt_handle,
+        "body": message.body,
+        "attributes": {
+            "ApproximateReceiveCount": str(message.receive_count),
+            "SentTimestamp": str(int(message.sent_at * 1000)),
+            "SenderId": "tickwork-local",
+            "ApproximateFirstReceiveTimestamp": str(int(time.time() * 1000)),
+        },
+        "messageAttributes": {},
+        "md5OfBody": hashlib.md5(message.body.encode(), usedforsecurity=False).hexdigest(),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": f"arn:aws:sqs:local:000000000000:tickwork-{queue.name}",
+        "awsRegion": "local",
+    }
+
+
+class LocalRuntime:
+    def __init__(
+        self,
+        database_url: str,
+        settings: Settings,
+        *,
+        tick_interval: float = 60.0,
+        batch_size: int = 10,
+        workers_per_type: int = 2,
+        visibility_timeout: float = 6 * DISPATCHER_TIMEOUT_SECONDS,
+        max_receive_count: int = 5,
+        receiver_port: int = 0,
+        on_delivery: Callable[[ReceivedWebhook], None] | None = None,
+    ) -> None:
+        self.database_url = database_url
+        self.tick_interval = tick_interval
+        self.batch_size = batch_size
+        self.workers_per_type = workers_per_type
+        self.receiver = WebhookReceiver(
+            DEV_WEBHOOK_SECRET, port=receiver_port, on_delivery=on_delivery
+        )
+        if not os.environ.get("TICKWORK_ACTION_TYPES"):
+            settings = settings.model_copy(
+                update={"action_types": dev_action_types(self.receiver.url)}
+            )
+        self.settings = settings
+        self.queues = InProcessQueues(
+            visibility_timeout=visibility_timeout, max_receive_count=max_receive_count
+        )
+        self.runtime = runtime.Runtime(
+            settings=settings,
+            db=Database(database_url),
+            queues=self.queues,
+            providers=ProviderRegistry(settings),
+        )
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.ticks: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> LocalRuntime:
+        quiet_powertools()
+        migrate.migrate(self.database_url)
+        # Load both handlers before anything runs, as a warm Lambda would have them.
+        handlers.load("tick")
+        handlers.load("dispatcher")
+        runtime.install(self.runtime)
+        self.receiver.start()
+        self._spawn("tick", self._tick_loop)
+        self._spawn("wake-listener", self._listen_for_wakeups)
+        for action_type in self.settings.action_types:
+            for worker in range(self.workers_per_type):
+                self._spawn(f"dispatch-{action_type}-{worker}", self._poll, action_type)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        for thread in self._threads:
+            thread.join(timeout=DISPATCHER_TIMEOUT_SECONDS)
+        self.receiver.stop()
+        runtime.install(None)
+        self.runtime.db.close()
+
+    def __enter__(self) -> LocalRuntime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def tick_now(self) -> None:
+        """Run the tick at once instead of waiting for its interval."""
+        self._wake.set()
+
+    def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    # -------------------------------------------------------------------- workers
+    def _tick_loop(self) -> None:
+        handler = handlers.load("tick")
+        while not self._stop.is_set():
+            try:
+                summary = handler({"source": "aws.events"}, handlers.LocalContext("tick"))
+                self.ticks.append(summary)
+            except Exception:
+                log.exception("tick failed")
+            self._wake.wait(self.tick_interval)
+            self._wake.clear()
+
+    def _listen_for_wakeups(self) -> None:
+        """`NOTIFY tickwork_wakeup` (sent by `tickwork demo` from another process) runs the
+        tick at once, as the API does for rows it creates inside the look-ahead."""
+        from tickwork.local.demo import WAKE_CHANNEL
+
+        with connect(self.database_url) as conn:
+            conn.execute(f"listen {WAKE_CHANNEL}")
+            while not self._stop.is_set():
+                for _ in conn.notifies(timeout=0.5, stop_after=1):
+                    self.tick_now()
+
+    def _poll(self, action_type: str) -> None:
+        handler = handlers.load("dispatcher")
+        queue = self.queues.queue(action_type)
+        while not self._stop.is_set():
+            messages = queue.receive(self.batch_size, wait_seconds=0.5)
+            if not messages:
+                continue
+            event = {"Records": [sqs_record(message, queue) for message in messages]}
+            context = handlers.LocalContext("dispatcher", DISPATCHER_TIMEOUT_SECONDS)
+            try:
+                response = handler(event, context)
+                failed = {item["itemIdentifier"] for item in response["batchItemFailures"]}
+            except Exception:
+                # Lambda would retry the whole batch after the visibility timeout.
+                log.exception("dispatcher failed")
+                failed = {message.message_id for message in messages}
+            queue.delete([m.receipt_handle for m in messages if m.message_id not in failed])

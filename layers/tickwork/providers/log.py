@@ -1,0 +1,48 @@
+"""The `log` provider: records each delivery in memory and in the log. For local use and the
+benchmark, where the provider must cost nothing and its call times must be known."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from tickwork.actions import Action
+from tickwork.observability import logger
+from tickwork.providers.base import Delivered, Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    action_id: UUID
+    called_at: float  # time.time() when send() was called
+    due_at: float  # the row's due time, as a Unix timestamp
+
+
+class LogProvider:
+    idempotent = True
+    io_bound = False
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.quiet = bool((options or {}).get("quiet", False))
+        self.deliveries: list[Delivery] = []
+        self._lock = threading.Lock()
+
+    def send(self, action: Action) -> Outcome:
+        called_at = time.time()
+        with self._lock:
+            self.deliveries.append(Delivery(action.id, called_at, action.due_at.timestamp()))
+        if not self.quiet:
+            logger.info(
+                "delivered",
+                extra={"action_id": str(action.id), "action_type": action.action_type,
+                       "target_key": action.target_key},
+            )  # fmt: skip
+        return Delivered(provider_id=f"log-{action.id}")
+
+    def reset(self) -> list[Delivery]:
+        with self._lock:
+            taken, self.deliveries = self.deliveries, []
+        return taken

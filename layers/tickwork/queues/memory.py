@@ -1,0 +1,135 @@
+"""An in-process queue with the SQS semantics Tickwork relies on: per-message delay,
+visibility timeout, receive count, redrive to a dead-letter list after maxReceiveCount,
+batches. For the local runtime and the benchmark (moto's SQS is far too slow for either)."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from tickwork.queues.port import OutgoingMessage
+
+
+@dataclass
+class Message:
+    message_id: str
+    body: str
+    visible_at: float
+    receive_count: int = 0
+    receipt_handle: str = ""
+    deleted: bool = False
+    sent_at: float = field(default_factory=time.time)
+
+
+class InProcessQueue:
+    """One queue. Thread-safe; `clock` is injectable so tests need not sleep."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        visibility_timeout: float = 30.0,
+        max_receive_count: int = 5,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.name = name
+        self.visibility_timeout = visibility_timeout
+        self.max_receive_count = max_receive_count
+        self.clock = clock
+        self.dead_letters: list[Message] = []
+        self._heap: list[tuple[float, int, Message]] = []
+        self._inflight: dict[str, Message] = {}
+        self._order = itertools.count()
+        self._ids = itertools.count(1)
+        self._id_prefix = uuid.uuid4().hex[:12]  # unique across queues and restarts
+        self._changed = threading.Condition()
+
+    def send(self, body: str, delay_seconds: float = 0.0) -> str:
+        return self.send_many([(body, delay_seconds)])[0]
+
+    def send_many(self, entries: Sequence[tuple[str, float]]) -> list[str]:
+        now = self.clock()
+        ids = []
+        with self._changed:
+            for body, delay in entries:
+                message = Message(
+                    f"{self._id_prefix}-{next(self._ids)}", body, now + max(0.0, delay)
+                )
+                heapq.heappush(self._heap, (message.visible_at, next(self._order), message))
+                ids.append(message.message_id)
+            self._changed.notify_all()
+        return ids
+
+    def receive(self, max_messages: int = 10, wait_seconds: float = 0.0) -> list[Message]:
+        """Up to `max_messages` visible messages, each hidden for the visibility timeout.
+        A message past max_receive_count goes to `dead_letters` instead (SQS redrive)."""
+        deadline = time.monotonic() + wait_seconds
+        with self._changed:
+            while True:
+                batch = self._take(max_messages)
+                remaining = deadline - time.monotonic()
+                if batch or remaining <= 0:
+                    return batch
+                # Wake when a message may have become visible, or when one is sent.
+                next_visible = self._heap[0][0] - self.clock() if self._heap else remaining
+                self._changed.wait(timeout=max(0.001, min(remaining, next_visible)))
+
+    def _take(self, max_messages: int) -> list[Message]:
+        now = self.clock()
+        batch: list[Message] = []
+        while self._heap and len(batch) < max_messages and self._heap[0][0] <= now:
+            _, _, message = heapq.heappop(self._heap)
+            if message.deleted:
+                continue
+            if message.receive_count >= self.max_receive_count:
+                self.dead_letters.append(message)
+                continue
+            message.receive_count += 1
+            message.receipt_handle = f"{message.message_id}:{message.receive_count}"
+            message.visible_at = now + self.visibility_timeout
+            heapq.heappush(self._heap, (message.visible_at, next(self._order), message))
+            self._inflight[message.receipt_handle] = message
+            batch.append(message)
+        return batch
+
+    def delete(self, receipt_handles: Sequence[str]) -> None:
+        with self._changed:
+            for handle in receipt_handles:
+                message = self._inflight.pop(handle, None)
+                if message is not None:
+                    message.deleted = True
+
+    def __len__(self) -> int:
+        with self._changed:
+            return sum(1 for _, _, message in self._heap if not message.deleted)
+
+
+class InProcessQueues:
+    """The queue port over one in-process queue per action type, created on first use."""
+
+    def __init__(self, **queue_options: float) -> None:
+        self._queue_options = queue_options
+        self._queues: dict[str, InProcessQueue] = {}
+        self._lock = threading.Lock()
+
+    def queue(self, action_type: str) -> InProcessQueue:
+        with self._lock:
+            queue = self._queues.get(action_type)
+            if queue is None:
+                queue = InProcessQueue(action_type, **self._queue_options)  # type: ignore[arg-type]
+                self._queues[action_type] = queue
+            return queue
+
+    def send(self, action_type: str, messages: Sequence[OutgoingMessage]) -> list[UUID]:
+        # SQS delays are whole seconds; here the delay is exact, so a message becomes
+        # visible at its row's due time and the dispatcher has nothing left to wait out.
+        queue = self.queue(action_type)
+        now = queue.clock()
+        queue.send_many([(m.body(), m.due_at.timestamp() - now) for m in messages])
+        return []

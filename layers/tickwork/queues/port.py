@@ -1,0 +1,62 @@
+"""The queue port. A message is a doorbell: it carries a row id and the row's due time,
+never the action itself (Postgres is the source of truth)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+from uuid import UUID
+
+MAX_DELAY_SECONDS = 900  # SQS DelaySeconds upper bound
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    action_id: UUID
+    action_type: str
+    due_at: datetime
+    delay_seconds: int
+
+    @classmethod
+    def for_row(
+        cls, action_id: UUID, action_type: str, due_at: datetime, now: datetime
+    ) -> OutgoingMessage:
+        # Whole seconds not yet passed: the message never arrives after its due second, and
+        # the dispatcher waits out the sub-second remainder.
+        remaining = (due_at - now).total_seconds()
+        delay = min(MAX_DELAY_SECONDS, max(0, math.floor(remaining)))
+        return cls(action_id, action_type, due_at, delay)
+
+    def body(self) -> str:
+        return json.dumps(
+            {"id": str(self.action_id), "type": self.action_type, "due_at": self.due_at.isoformat()}
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBody:
+    action_id: UUID
+    action_type: str
+    due_at: datetime
+
+
+def decode_body(body: str) -> DecodedBody | None:
+    """The message body, or None when it is not one of ours."""
+    try:
+        data = json.loads(body)
+        due_at = datetime.fromisoformat(data["due_at"])
+        if due_at.tzinfo is None or not isinstance(data["type"], str):
+            return None
+        return DecodedBody(UUID(data["id"]), data["type"], due_at)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+class QueuePort(Protocol):
+    def send(self, action_type: str, messages: Sequence[OutgoingMessage]) -> list[UUID]:
+        """Send to the queue of `action_type`; returns the action ids that were NOT sent."""
+        ...

@@ -1,0 +1,58 @@
+"""The queue port over Amazon SQS: SendMessageBatch, ten entries a call, calls in parallel."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tickwork.observability import logger
+from tickwork.queues.port import OutgoingMessage
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+BATCH_LIMIT = 10  # SendMessageBatch takes at most ten entries
+
+
+class SqsQueues:
+    def __init__(
+        self, queue_urls: Mapping[str, str], client: SQSClient | None = None, parallelism: int = 16
+    ) -> None:
+        if client is None:
+            import boto3
+
+            client = boto3.client("sqs")
+        self.client = client
+        self.queue_urls = dict(queue_urls)
+        self.parallelism = parallelism
+
+    def send(self, action_type: str, messages: Sequence[OutgoingMessage]) -> list[UUID]:
+        url = self.queue_urls.get(action_type)
+        if url is None:
+            logger.error("no queue configured", extra={"action_type": action_type})
+            return [m.action_id for m in messages]
+        chunks = [messages[i : i + BATCH_LIMIT] for i in range(0, len(messages), BATCH_LIMIT)]
+        if len(chunks) == 1:
+            return self._send_chunk(url, chunks[0])
+        with ThreadPoolExecutor(max_workers=min(self.parallelism, len(chunks))) as pool:
+            return [failed for result in pool.map(lambda c: self._send_chunk(url, c), chunks)
+                    for failed in result]  # fmt: skip
+
+    def _send_chunk(self, url: str, chunk: Sequence[OutgoingMessage]) -> list[UUID]:
+        entries: list[Any] = [
+            {"Id": m.action_id.hex, "MessageBody": m.body(), "DelaySeconds": m.delay_seconds}
+            for m in chunk
+        ]
+        try:
+            response = self.client.send_message_batch(QueueUrl=url, Entries=entries)
+        except (ClientError, BotoCoreError) as exc:
+            logger.warning("SendMessageBatch failed", extra={"error": str(exc), "size": len(chunk)})
+            return [m.action_id for m in chunk]
+        failed = response.get("Failed", [])
+        if failed:
+            logger.warning("SendMessageBatch partly failed", extra={"failed": failed})
+        return [UUID(entry["Id"]) for entry in failed]

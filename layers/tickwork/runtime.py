@@ -1,0 +1,55 @@
+"""What a handler runs with: settings, database, queues and providers.
+
+In Lambda the runtime is built from the environment on first use and kept warm across
+invocations. The local runtime installs its own (in-process queues, local providers) and
+then calls the very same handlers.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from tickwork.config import Settings
+from tickwork.db import Database, resolve_url
+from tickwork.providers import ProviderRegistry
+from tickwork.queues.port import QueuePort
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    db: Database
+    queues: QueuePort
+    providers: ProviderRegistry
+
+
+class _Slot:
+    """The process-wide runtime; a class attribute rather than a module global."""
+
+    runtime: Runtime | None = None
+    lock = threading.Lock()
+
+
+def from_settings(settings: Settings) -> Runtime:
+    from tickwork.queues.sqs import SqsQueues
+
+    return Runtime(
+        settings=settings,
+        db=Database(resolve_url(settings)),
+        queues=SqsQueues(settings.queue_urls),
+        providers=ProviderRegistry(settings),
+    )
+
+
+def install(runtime: Runtime | None) -> None:
+    """Make `runtime` the one handlers use (None: go back to building from the environment)."""
+    with _Slot.lock:
+        _Slot.runtime = runtime
+
+
+def current() -> Runtime:
+    with _Slot.lock:
+        if _Slot.runtime is None:
+            _Slot.runtime = from_settings(Settings.from_env())
+        return _Slot.runtime

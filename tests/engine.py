@@ -1,0 +1,96 @@
+"""Helpers for engine tests: a recording queue port, seeding rows, draining queues."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from tickwork.db import Connection
+from tickwork.dispatch import Dispatcher, DispatchSummary
+from tickwork.queues.memory import InProcessQueues
+from tickwork.queues.port import OutgoingMessage
+from tickwork.runtime import Runtime
+
+
+class RecordingQueues:
+    """A queue port that keeps what it was sent and can refuse chosen ids."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, list[OutgoingMessage]] = defaultdict(list)
+        self.refuse: set[UUID] = set()
+        self._lock = threading.Lock()
+
+    def send(self, action_type: str, messages: Sequence[OutgoingMessage]) -> list[UUID]:
+        failed = [m.action_id for m in messages if m.action_id in self.refuse]
+        with self._lock:
+            self.sent[action_type].extend(m for m in messages if m.action_id not in self.refuse)
+        return failed
+
+    def ids(self, action_type: str | None = None) -> list[UUID]:
+        types = [action_type] if action_type else list(self.sent)
+        return [m.action_id for t in types for m in self.sent[t]]
+
+
+def seed(
+    conn: Connection,
+    workspace: UUID,
+    count: int,
+    publish_at: datetime,
+    action_type: str = "log",
+    spread: timedelta | None = None,
+) -> list[UUID]:
+    """Insert `count` queued rows due at `publish_at` (or spread evenly after it)."""
+    step = (spread / count) if spread else timedelta(0)
+    rows = conn.execute(
+        "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
+        " select %(ws)s, %(type)s, 't' || g, %(at)s + (g - 1) * %(step)s"
+        " from generate_series(1, %(n)s) g returning id",
+        {"ws": workspace, "type": action_type, "at": publish_at, "step": step, "n": count},
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def statuses(conn: Connection) -> dict[str, int]:
+    return dict(
+        conn.execute("select status, count(*) from scheduled_actions group by 1").fetchall()
+    )
+
+
+def row(conn: Connection, action_id: UUID) -> dict[str, Any]:
+    from psycopg.rows import dict_row
+
+    with conn.cursor(row_factory=dict_row) as cur:
+        found = cur.execute("select * from scheduled_actions where id = %s", (action_id,))
+        result = found.fetchone()
+    assert result is not None
+    return result
+
+
+def drain(
+    runtime: Runtime, action_type: str = "log", batch_size: int = 10, wait: float = 0.0
+) -> DispatchSummary:
+    """Receive every visible message of one type and dispatch it, batch by batch."""
+    assert isinstance(runtime.queues, InProcessQueues)
+    queue = runtime.queues.queue(action_type)
+    total = DispatchSummary()
+    dispatcher = Dispatcher(runtime)
+    while messages := queue.receive(batch_size, wait_seconds=wait):
+        result = dispatcher.dispatch([(m.message_id, m.body) for m in messages])
+        failed = set(result.failed_message_ids)
+        queue.delete([m.receipt_handle for m in messages if m.message_id not in failed])
+        s = result.summary
+        total.received += s.received
+        total.claimed += s.claimed
+        total.skipped += s.skipped
+        total.paused += s.paused
+        total.published += s.published
+        total.requeued += s.requeued
+        total.reverted += s.reverted
+        for code, count in s.failed.items():
+            total.failed[code] = total.failed.get(code, 0) + count
+        total.lags.extend(s.lags)
+    return total

@@ -1,0 +1,98 @@
+"""A scripted webhook receiver over real HTTP on loopback.
+
+Each request takes the next scripted reply (status, headers, body, delay before answering);
+when the script runs out it answers 204. Requests are recorded with their arrival time and
+whether their Standard Webhooks signature verified.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tickwork.providers.webhook import decode_secret, verify
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+@dataclass
+class Reply:
+    status: int = 204
+    headers: dict[str, str] = field(default_factory=dict)
+    body: str = ""
+    delay: float = 0.0
+
+
+@dataclass
+class Request:
+    arrived_at: float
+    headers: dict[str, str]
+    body: dict[str, Any]
+    verified: bool
+
+    @property
+    def action_id(self) -> str:
+        return str(self.body["data"]["id"])
+
+
+class FakeWebhookServer:
+    def __init__(self) -> None:
+        self.script: list[Reply] = []
+        self.requests: list[Request] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                arrived = time.time()
+                raw = self.rfile.read(int(self.headers.get("content-length", "0")))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with server._lock:
+                    server.requests.append(
+                        Request(arrived, headers, json.loads(raw),
+                                verify(decode_secret(SECRET), headers, raw))
+                    )  # fmt: skip
+                    reply = server.script.pop(0) if server.script else Reply()
+                if reply.delay:
+                    time.sleep(reply.delay)
+                payload = reply.body.encode()
+                self.send_response(reply.status)
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/hook"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def then(self, *replies: Reply) -> FakeWebhookServer:
+        with self._lock:
+            self.script.extend(replies)
+        return self
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@contextmanager
+def fake_webhook_server() -> Iterator[FakeWebhookServer]:
+    server = FakeWebhookServer()
+    try:
+        yield server
+    finally:
+        server.close()

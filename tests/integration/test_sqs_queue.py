@@ -1,0 +1,122 @@
+"""The SQS adapter against moto: batches, delays, redrive to a DLQ, and the Lambda path."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+from uuid import uuid4
+
+import boto3
+import pytest
+from moto import mock_aws
+from tickwork import runtime as runtime_slot
+from tickwork.queues.port import OutgoingMessage
+from tickwork.queues.sqs import SqsQueues
+from tickwork.runtime import Runtime
+from tickwork.tick import run_tick
+
+from tests.engine import seed, statuses
+from tests.handlers import FakeLambdaContext, load_handler
+
+
+@pytest.fixture
+def sqs(monkeypatch) -> Iterator[Any]:
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        yield boto3.client("sqs", region_name="us-east-1")
+
+
+def make_queue(sqs: Any, name: str, **attributes: str) -> str:
+    return sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+
+
+def receive_all(sqs: Any, url: str) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    while batch := sqs.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"]
+    ).get("Messages", []):
+        messages.extend(batch)
+    return messages
+
+
+def test_send_uses_batches_of_ten_and_carries_the_row(sqs, now):
+    url = make_queue(sqs, "tickwork-webhook")
+    queues = SqsQueues({"webhook": url}, client=sqs)
+    messages = [OutgoingMessage.for_row(uuid4(), "webhook", now, now) for _ in range(23)]
+    assert queues.send("webhook", messages) == []
+    received = receive_all(sqs, url)
+    bodies = sorted(json.loads(m["Body"])["id"] for m in received)
+    assert bodies == sorted(str(m.action_id) for m in messages)
+
+
+def test_delay_seconds_hold_a_message_back(sqs, now):
+    url = make_queue(sqs, "tickwork-webhook")
+    queues = SqsQueues({"webhook": url}, client=sqs)
+    later = OutgoingMessage.for_row(uuid4(), "webhook", now + timedelta(seconds=60), now)
+    assert later.delay_seconds == 60
+    queues.send("webhook", [later])
+    assert receive_all(sqs, url) == []
+
+
+def test_unknown_queue_or_refused_send_reports_every_id(sqs, now):
+    queues = SqsQueues({"webhook": "https://sqs.us-east-1.amazonaws.com/123/nope"}, client=sqs)
+    messages = [OutgoingMessage.for_row(uuid4(), "webhook", now, now) for _ in range(3)]
+    assert sorted(queues.send("webhook", messages)) == sorted(m.action_id for m in messages)
+    assert len(queues.send("send_sms", messages)) == 3
+
+
+def test_redrive_moves_a_message_to_the_dlq_after_max_receive_count(sqs):
+    dlq = make_queue(sqs, "tickwork-webhook-dlq")
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    url = make_queue(
+        sqs,
+        "tickwork-webhook",
+        VisibilityTimeout="0",
+        RedrivePolicy=json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "2"}),
+    )
+    sqs.send_message(QueueUrl=url, MessageBody="poison")
+    for _ in range(2):  # received, never deleted: as a dispatcher that keeps failing
+        assert len(sqs.receive_message(QueueUrl=url).get("Messages", [])) == 1
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+    assert [m["Body"] for m in receive_all(sqs, dlq)] == ["poison"]
+
+
+def test_tick_to_sqs_to_dispatcher_handler(sqs, conn, workspace, runtime, now):
+    url = make_queue(sqs, "tickwork-log")
+    ids = seed(conn, workspace, 4, now - timedelta(seconds=1))
+    sqs_runtime = Runtime(
+        settings=runtime.settings,
+        db=runtime.db,
+        queues=SqsQueues({"log": url}, client=sqs),
+        providers=runtime.providers,
+    )
+    assert run_tick(conn, sqs_runtime.queues, sqs_runtime.settings).enqueued == {"log": 4}
+    records = [
+        {
+            "messageId": m["MessageId"],
+            "receiptHandle": m["ReceiptHandle"],
+            "body": m["Body"],
+            "attributes": m["Attributes"],
+            "messageAttributes": {},
+            "md5OfBody": m["MD5OfBody"],
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tickwork-log",
+            "awsRegion": "us-east-1",
+        }
+        for m in receive_all(sqs, url)
+    ]
+    runtime_slot.install(sqs_runtime)
+    try:
+        response = load_handler("dispatcher").handler({"Records": records}, FakeLambdaContext())
+    finally:
+        runtime_slot.install(None)
+    assert response == {"batchItemFailures": []}
+    assert statuses(conn) == {"published": 4}
+    delivered = runtime.providers.for_action_type("log").deliveries  # type: ignore[attr-defined]
+    assert sorted(d.action_id for d in delivered) == sorted(ids)

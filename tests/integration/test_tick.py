@@ -1,0 +1,168 @@
+"""The tick on a real Postgres: kill switches, zombies, expiry, redelivery, draining, races."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import timedelta
+
+from tickwork.config import ActionTypeConfig, Settings
+from tickwork.db import connect
+from tickwork.tick import run_tick
+
+from tests.engine import RecordingQueues, row, seed, statuses
+
+
+def with_types(settings: Settings, **types: ActionTypeConfig) -> Settings:
+    return settings.model_copy(update={"action_types": {**settings.action_types, **types}})
+
+
+def test_due_rows_are_enqueued_with_whole_second_delays(conn, workspace, settings, now):
+    # Given one row due now and one due 30.7 s ahead (inside the look-ahead)
+    [due_now] = seed(conn, workspace, 1, now - timedelta(seconds=1))
+    [soon] = seed(conn, workspace, 1, now + timedelta(seconds=30.7))
+    [later] = seed(conn, workspace, 1, now + timedelta(minutes=10))
+    queues = RecordingQueues()
+    # When the tick runs
+    summary = run_tick(conn, queues, settings, clock=lambda: now)
+    # Then both near rows are sent with the whole seconds not yet passed, the far one is not
+    delays = {m.action_id: m.delay_seconds for m in queues.sent["log"]}
+    assert delays == {due_now: 0, soon: 30}
+    assert summary.enqueued == {"log": 2}
+    assert row(conn, later)["enqueued_at"] is None
+    assert row(conn, soon)["enqueued_at"] is not None
+    assert row(conn, soon)["status"] == "queued"
+
+
+def test_the_tick_drains_in_batches_without_a_fixed_cap(conn, workspace, settings, now):
+    seed(conn, workspace, 5000, now - timedelta(seconds=1))
+    queues = RecordingQueues()
+    small_batches = settings.model_copy(update={"tick_batch_size": 700})
+    summary = run_tick(conn, queues, small_batches)
+    assert summary.enqueued == {"log": 5000}
+    assert summary.passes == 8  # 7 full batches and a last partial one
+    assert len(set(queues.ids())) == 5000
+    # and a second tick finds nothing more to send
+    assert run_tick(conn, RecordingQueues(), settings).due == 0
+
+
+def test_global_kill_switch_enqueues_nothing_and_loses_nothing(conn, workspace, settings, now):
+    ids = seed(conn, workspace, 20, now - timedelta(seconds=1))
+    queues = RecordingQueues()
+    off = settings.model_copy(update={"dispatch_enabled": False})
+    summary = run_tick(conn, queues, off)
+    assert summary.dispatch_enabled is False
+    assert summary.due == 0
+    assert queues.ids() == []
+    assert statuses(conn) == {"queued": 20}
+    # switched back on, the rows go
+    assert run_tick(conn, queues, settings).enqueued == {"log": 20}
+    assert sorted(queues.ids()) == sorted(ids)
+
+
+def test_per_type_kill_switch_holds_only_that_type(conn, workspace, settings, now):
+    seed(conn, workspace, 3, now, action_type="log")
+    seed(conn, workspace, 4, now, action_type="webhook")
+    queues = RecordingQueues()
+    paused = settings.model_copy(update={"paused_action_types": frozenset({"webhook"})})
+    summary = run_tick(conn, queues, paused)
+    assert summary.enqueued == {"log": 3}
+    assert queues.ids("webhook") == []
+    assert run_tick(conn, queues, settings).enqueued == {"webhook": 4}
+
+
+def test_zombies_become_failed_stuck_and_are_not_sent_again(conn, workspace, settings, now):
+    [zombie, fresh] = seed(conn, workspace, 2, now - timedelta(hours=1))
+    conn.execute(
+        "update scheduled_actions set status = 'submitted', attempt_count = 1,"
+        " submitted_at = now() - interval '20 minutes' where id = %s",
+        (zombie,),
+    )
+    conn.execute(
+        "update scheduled_actions set status = 'submitted', attempt_count = 1,"
+        " submitted_at = now() - interval '1 minute' where id = %s",
+        (fresh,),
+    )
+    queues = RecordingQueues()
+    summary = run_tick(conn, queues, settings)  # stuck timeout 900 s
+    assert summary.recovered == 1
+    assert (row(conn, zombie)["status"], row(conn, zombie)["error_code"]) == ("failed", "stuck")
+    assert row(conn, fresh)["status"] == "submitted"
+    assert queues.ids() == []
+
+
+def test_rows_later_than_their_max_lateness_expire(conn, workspace, settings, now):
+    strict = with_types(settings, log=ActionTypeConfig(provider="log", max_lateness_seconds=60))
+    [stale] = seed(conn, workspace, 1, now - timedelta(minutes=5))
+    [late_but_fine] = seed(conn, workspace, 1, now - timedelta(seconds=30))
+    [other_type] = seed(conn, workspace, 1, now - timedelta(minutes=5), action_type="webhook")
+    queues = RecordingQueues()
+    summary = run_tick(conn, queues, strict)
+    assert summary.expired == 1
+    assert (row(conn, stale)["status"], row(conn, stale)["error_code"]) == ("failed", "expired")
+    assert sorted(queues.ids()) == sorted([late_but_fine, other_type])
+
+
+def test_a_lost_message_is_enqueued_again_after_the_redelivery_timeout(
+    conn, workspace, settings, now
+):
+    [lost, recent] = seed(conn, workspace, 2, now - timedelta(minutes=30))
+    conn.execute(
+        "update scheduled_actions set enqueued_at = now() - interval '20 minutes' where id = %s",
+        (lost,),
+    )
+    conn.execute(
+        "update scheduled_actions set enqueued_at = now() - interval '1 minute' where id = %s",
+        (recent,),
+    )
+    queues = RecordingQueues()
+    summary = run_tick(conn, queues, settings)  # redelivery timeout 900 s
+    assert summary.redelivered == 1
+    assert queues.ids() == [lost]
+
+
+def test_rows_whose_send_failed_are_unmarked_for_the_next_pass(conn, workspace, settings, now):
+    ids = seed(conn, workspace, 5, now - timedelta(seconds=1))
+    queues = RecordingQueues()
+    queues.refuse = {ids[1], ids[3]}
+    summary = run_tick(conn, queues, settings)
+    assert summary.send_failures == 2
+    assert summary.due == 5
+    assert row(conn, ids[1])["enqueued_at"] is None
+    assert row(conn, ids[0])["enqueued_at"] is not None
+    queues.refuse = set()
+    assert run_tick(conn, queues, settings).enqueued == {"log": 2}
+    assert sorted(queues.ids()) == sorted(ids)
+
+
+def test_rows_of_unconfigured_types_stay_queued(conn, workspace, settings, now):
+    [orphan] = seed(conn, workspace, 1, now, action_type="retired_type")
+    queues = RecordingQueues()
+    assert run_tick(conn, queues, settings).due == 0
+    assert row(conn, orphan)["status"] == "queued"
+
+
+def test_concurrent_ticks_never_enqueue_a_row_twice(database_url, conn, workspace, settings, now):
+    ids = seed(conn, workspace, 2000, now - timedelta(seconds=1))
+    queues = RecordingQueues()
+    small_batches = settings.model_copy(update={"tick_batch_size": 50})
+    start = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def tick() -> None:
+        with connect(database_url) as own:
+            start.wait()
+            try:
+                run_tick(own, queues, small_batches)
+            except BaseException as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=tick) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    counts = Counter(queues.ids())
+    assert set(counts) == set(ids)
+    assert max(counts.values()) == 1

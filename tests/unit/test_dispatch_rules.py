@@ -1,0 +1,96 @@
+"""Pure rules of the dispatcher: backoff, outcome → transition, message delays."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
+
+import pytest
+from tickwork.actions import Action
+from tickwork.config import Settings
+from tickwork.dispatch import backoff_seconds, decide
+from tickwork.providers.base import Ambiguous, Delivered, NotSent, Rejected, Transient
+from tickwork.queues.port import OutgoingMessage, decode_body
+
+NOW = datetime(2026, 5, 20, 9, 0, tzinfo=UTC)
+SETTINGS = Settings(max_attempts=5, backoff_base_seconds=2, backoff_cap_seconds=60)
+
+
+def action(attempt_count: int = 1, manual_retries: int = 0) -> Action:
+    return Action(
+        id=uuid4(), workspace_id=uuid4(), created_by=None, action_type="webhook",
+        thing_id=None, target_key="primary", payload={}, publish_at=NOW, status="submitted",
+        error_code=None, last_error=None, attempt_count=attempt_count,
+        manual_retries=manual_retries, next_attempt_at=None, enqueued_at=None,
+        provider_id=None, submitted_at=NOW, finished_at=None, dedupe_key=None,
+        rescheduled_from=None, source="api", recurring_schedule_id=None,
+        created_at=NOW, updated_at=NOW,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("attempt", "low", "high"), [(1, 1, 2), (2, 2, 4), (3, 4, 8), (6, 30, 60), (20, 30, 60)]
+)
+def test_backoff_doubles_with_jitter_up_to_the_cap(attempt, low, high):
+    assert backoff_seconds(attempt, SETTINGS, None, lambda: 0.0) == low
+    assert backoff_seconds(attempt, SETTINGS, None, lambda: 1.0) == high
+
+
+def test_backoff_never_undercuts_retry_after():
+    assert backoff_seconds(1, SETTINGS, 120.0, lambda: 0.5) == 120.0
+
+
+def test_delivered_publishes():
+    f = decide(action(), Delivered("p-1"), True, SETTINGS, NOW)
+    assert (f.status, f.provider_id) == ("published", "p-1")
+
+
+def test_rejected_fails_with_its_code():
+    f = decide(action(), Rejected("provider_rejected", "400"), True, SETTINGS, NOW)
+    assert (f.status, f.error_code) == ("failed", "provider_rejected")
+
+
+def test_transient_requeues_with_backoff_until_the_budget_is_spent():
+    f = decide(action(2), Transient("503", retry_after=10), True, SETTINGS, NOW, lambda: 0.0)
+    assert (f.status, f.next_attempt_at) == ("queued", NOW + timedelta(seconds=10))
+    spent = decide(action(5), Transient("503"), True, SETTINGS, NOW)
+    assert (spent.status, spent.error_code) == ("failed", "retry_exhausted")
+
+
+def test_a_manual_retry_grants_a_fresh_budget():
+    f = decide(action(5, manual_retries=1), Transient("503"), True, SETTINGS, NOW)
+    assert f.status == "queued"
+
+
+def test_ambiguous_fails_unless_the_provider_deduplicates():
+    assert decide(action(), Ambiguous("timeout"), False, SETTINGS, NOW).error_code == "ambiguous"
+    assert decide(action(), Ambiguous("timeout"), True, SETTINGS, NOW).status == "queued"
+
+
+def test_not_sent_reverts_the_claim():
+    f = decide(action(), NotSent("out of time"), False, SETTINGS, NOW)
+    assert (f.status, f.attempt_delta) == ("queued", -1)
+
+
+@pytest.mark.parametrize(
+    ("seconds_ahead", "delay"),
+    [(-5, 0), (0, 0), (0.4, 0), (30.7, 30), (899.99, 899), (5000, 900)],
+)
+def test_message_delay_is_the_whole_seconds_not_yet_passed(seconds_ahead, delay):
+    message = OutgoingMessage.for_row(uuid4(), "x", NOW + timedelta(seconds=seconds_ahead), NOW)
+    assert message.delay_seconds == delay
+
+
+def test_message_bodies_round_trip_and_foreign_ones_are_refused():
+    message = OutgoingMessage.for_row(uuid4(), "webhook", NOW, NOW)
+    decoded = decode_body(message.body())
+    assert decoded is not None
+    assert (decoded.action_id, decoded.action_type, decoded.due_at) == (
+        message.action_id,
+        "webhook",
+        NOW,
+    )
+    naive_due = f'{{"id": "{uuid4()}", "type": "a", "due_at": "2026-01-01T00:00:00"}}'
+    bad_id = '{"id": "x", "type": "a", "due_at": "2026-01-01T00:00:00Z"}'
+    for foreign in ["", "{}", bad_id, naive_due]:
+        assert decode_body(foreign) is None

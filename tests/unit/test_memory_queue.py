@@ -1,0 +1,75 @@
+"""The in-process queue keeps the SQS semantics the engine relies on."""
+
+from __future__ import annotations
+
+from tickwork.queues.memory import InProcessQueue
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(**options: float) -> tuple[InProcessQueue, Clock]:
+    clock = Clock()
+    return InProcessQueue("q", clock=clock, **options), clock  # type: ignore[arg-type]
+
+
+def test_a_delayed_message_is_invisible_until_its_delay_passes():
+    queue, clock = make()
+    queue.send("later", delay_seconds=5)
+    queue.send("now")
+    assert [m.body for m in queue.receive(10)] == ["now"]
+    clock.now += 4.9
+    assert queue.receive(10) == []
+    clock.now += 0.2
+    assert [m.body for m in queue.receive(10)] == ["later"]
+
+
+def test_batches_are_bounded_and_come_in_visibility_order():
+    queue, _ = make()
+    for i in range(25):
+        queue.send(f"m{i}")
+    assert [m.body for m in queue.receive(10)] == [f"m{i}" for i in range(10)]
+    assert len(queue.receive(10)) == 10
+    assert len(queue.receive(10)) == 5
+
+
+def test_a_received_message_reappears_after_the_visibility_timeout_unless_deleted():
+    queue, clock = make(visibility_timeout=30)
+    queue.send("a")
+    queue.send("b")
+    first = queue.receive(10)
+    queue.delete([m.receipt_handle for m in first if m.body == "a"])
+    clock.now += 29
+    assert queue.receive(10) == []
+    clock.now += 2
+    [again] = queue.receive(10)
+    assert (again.body, again.receive_count) == ("b", 2)
+
+
+def test_redrive_moves_a_message_to_the_dead_letters_after_max_receives():
+    queue, clock = make(visibility_timeout=1, max_receive_count=3)
+    queue.send("poison")
+    for expected_count in (1, 2, 3):
+        [message] = queue.receive(1)
+        assert message.receive_count == expected_count
+        clock.now += 1.5
+    assert queue.receive(1) == []
+    assert [m.body for m in queue.dead_letters] == ["poison"]
+    assert len(queue) == 0
+
+
+def test_receive_waits_for_a_message_sent_meanwhile():
+    import threading
+    import time
+
+    queue = InProcessQueue("q")
+    threading.Timer(0.1, lambda: queue.send("late")).start()
+    started = time.monotonic()
+    [message] = queue.receive(10, wait_seconds=2)
+    assert message.body == "late"
+    assert time.monotonic() - started < 1.0
