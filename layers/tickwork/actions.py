@@ -29,6 +29,7 @@ from tickwork.config import Settings
 from tickwork.db import Connection
 from tickwork.errors import (
     ConflictError,
+    IdempotencyKeyReusedError,
     InputError,
     NotFoundError,
     PastTimeError,
@@ -229,6 +230,9 @@ def integrity_errors() -> Iterator[None]:
         raise InputError(
             f"the action breaks a rule: {exc.diag.constraint_name or exc.diag.message_primary}"
         ) from exc
+    except psycopg.DataError as exc:
+        # Values Postgres cannot store: NUL characters in text or JSON, out-of-range numbers.
+        raise InputError(f"a value cannot be stored: {exc}") from exc
 
 
 # ------------------------------------------------------------------------- transitions
@@ -254,6 +258,58 @@ def schedule(
 ) -> Scheduled:
     """Insert a queued action after validating it. Same dedupe key → the first row."""
     return _insert(conn, workspace_id, validate(new, settings, now))
+
+
+def schedule_once(
+    conn: Connection, workspace_id: UUID, new: NewAction, settings: Settings, now: datetime
+) -> Scheduled:
+    """`schedule`, where a repeated dedupe (idempotency) key returns the first row only if
+    the request is the same; the key reused for a different action is refused."""
+    result = schedule(conn, workspace_id, new, settings, now)
+    if not result.created and not same_request(result.action, new):
+        raise IdempotencyKeyReusedError(
+            "this Idempotency-Key was already used for a different action; use a new key",
+            details={"action_id": str(result.action.id)},
+        )
+    return result
+
+
+def same_request(existing: Action, new: NewAction) -> bool:
+    return (
+        existing.action_type == new.action_type
+        and existing.target_key == new.target_key
+        and existing.thing_id == new.thing_id
+        and existing.payload == new.payload
+        and existing.publish_at == require_aware(new.publish_at)
+    )
+
+
+def expect(
+    transition: Transition, action_id: UUID, verb: str, from_status: str, *, done: str | None = None
+) -> Action:
+    """The row a transition changed, or the reason it did not: NotFoundError for a row that
+    is not there (or another workspace's), ConflictError naming the status it is in.
+    A row already in `done` (cancelling a cancelled row) counts as success."""
+    action = transition.action
+    if action is None:
+        raise NotFoundError(f"no action {action_id} in this workspace")
+    if transition.changed or action.status == done:
+        return action
+    raise ConflictError(
+        f"only {from_status} actions can be {verb}; this one is {action.status}",
+        details={"status": action.status},
+    )
+
+
+def expect_retried(transition: Transition, action_id: UUID) -> Action:
+    """`expect` for retry, which also refuses a failed row that used up its retries."""
+    action = transition.action
+    if action is not None and not transition.changed and action.status == "failed":
+        raise ConflictError(
+            f"this action was retried {action.manual_retries} times, the most allowed",
+            details={"manual_retries": action.manual_retries},
+        )
+    return expect(transition, action_id, "retried", "failed")
 
 
 def get(conn: Connection, workspace_id: UUID, action_id: UUID) -> Action | None:

@@ -30,6 +30,16 @@ class InputError(TickworkError):
         self.field = field
 
 
+class BadRequestError(InputError):
+    """The request itself is malformed (a missing header, a body that is not JSON)."""
+
+    code = "bad_request"
+
+
+class IdempotencyKeyReusedError(InputError):
+    code = "idempotency_key_reused"
+
+
 class InvalidTimezoneError(InputError):
     code = "invalid_timezone"
 

@@ -13,7 +13,7 @@ Both follow from PEP 495 with fold=0, which is what `resolve_wall_time` uses.
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time
 from functools import cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
@@ -64,6 +64,22 @@ def parse_wall_time(day: str, clock: str, tz_name: str) -> datetime:
     return resolve_wall_time(parsed_day, parsed_clock, tz)
 
 
+def instant_of(
+    publish_at: datetime | None,
+    day: str | None,
+    clock: str | None,
+    tz_name: str | None,
+    default_tz: str,
+) -> datetime:
+    """The instant a request means: `publish_at` as given, or wall time `day clock` in
+    `tz_name` (the workspace's zone, `default_tz`, when not given)."""
+    if publish_at is not None:
+        return require_aware(publish_at)
+    if day is None or clock is None:
+        raise InvalidTimeError("give publish_at, or both date and time", field="publish_at")
+    return parse_wall_time(day, clock, tz_name or default_tz)
+
+
 def require_aware(instant: datetime, *, field: str = "publish_at") -> datetime:
     """`instant` in UTC; a naive datetime is refused rather than guessed."""
     if instant.tzinfo is None or instant.utcoffset() is None:
@@ -80,6 +96,3 @@ def local_rendering(instant: datetime, tz: ZoneInfo) -> str:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-ZERO = timedelta(0)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from tickwork.config import Settings
-from tickwork.local.demo import seed_demo, watch
+from tickwork.local.auth import LocalJwt
+from tickwork.local.demo import demo_client, seed_demo, watch
 from tickwork.local.runner import LocalRuntime
 
 TICKWORK = [sys.executable, "-m", "tickwork.cli"]
@@ -26,28 +27,32 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_demo_actions_arrive_signed_and_on_time(database_url):
-    with LocalRuntime(database_url, Settings(), tick_interval=60) as local:
-        conn = local.runtime.db.connection()
-        # Given a demo plan: 10 webhooks 1-4 s ahead, 2 cancelled, 1 rescheduled 1 s later
-        plan = seed_demo(conn, local.settings, count=10, first=1, last=4, move_by=1)
+def test_demo_actions_arrive_signed_and_on_time(database_url, tmp_path):
+    jwt = LocalJwt(tmp_path / "jwt-secret")
+    with LocalRuntime(database_url, Settings(), tick_interval=60, jwt=jwt) as local:
+        client = demo_client(local.runtime.db.connection(), local.api.url, jwt)
+        # Given a demo plan made through the API: 10 webhooks 1-4 s ahead, 2 cancelled,
+        # 1 rescheduled 1 s later
+        plan = seed_demo(client, count=10, first=1, last=4, move_by=1)
         # When they settle
-        assert watch(conn, plan.ids, timeout=30, out=open(os.devnull, "w"))  # noqa: SIM115
+        with open(os.devnull, "w") as quiet:
+            assert watch(client, plan.ids, timeout=30, out=quiet)
         # Then exactly the live ones arrived, once each, signed, within 300 ms of their time
         expected = set(plan.ids) - set(plan.cancelled) - set(plan.rescheduled)
         arrived = [d.body["data"]["id"] for d in local.receiver.deliveries]
-        assert sorted(arrived) == sorted(str(i) for i in expected)
+        assert sorted(arrived) == sorted(expected)
         assert all(d.verified for d in local.receiver.deliveries)
         lags = [d.lag_seconds for d in local.receiver.deliveries]
         assert all(lag is not None and 0 <= lag < 0.3 for lag in lags), lags
 
 
 @pytest.fixture
-def dev_process(database_url) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+def dev_process(database_url) -> Iterator[tuple[subprocess.Popen[str], list[str], str]]:
     env = os.environ | {"DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
     env.pop("TICKWORK_ACTION_TYPES", None)
+    api_port = free_port()
     process = subprocess.Popen(
-        [*TICKWORK, "dev", "--receiver-port", str(free_port())],
+        [*TICKWORK, "dev", "--receiver-port", str(free_port()), "--api-port", str(api_port)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -55,7 +60,7 @@ def dev_process(database_url) -> Iterator[tuple[subprocess.Popen[str], list[str]
         cwd=Path(__file__).resolve().parents[2],
     )
     lines: list[str] = []
-    yield process, lines
+    yield process, lines, f"http://127.0.0.1:{api_port}"
     if process.poll() is None:
         process.kill()
         process.wait()
@@ -77,7 +82,7 @@ def read_until(process: subprocess.Popen[str], lines: list[str], pattern: str, c
 
 
 def test_tickwork_dev_and_demo_as_a_user_runs_them(dev_process, database_url):
-    process, lines = dev_process
+    process, lines, api_url = dev_process
     # `tickwork dev` starts, schedules its few demo webhooks and prints them arriving
     read_until(process, lines, r"tickwork is running", 1, timeout=30)
     arrivals = read_until(process, lines, r"webhook .* arrived", 3, timeout=30)
@@ -86,7 +91,7 @@ def test_tickwork_dev_and_demo_as_a_user_runs_them(dev_process, database_url):
         assert 0 <= lag_ms < 1000, line
     # `tickwork demo` in another process schedules more; they arrive in the dev process
     demo = subprocess.run(
-        [*TICKWORK, "demo", "--database-url", database_url, "--count", "10",
+        [*TICKWORK, "demo", "--database-url", database_url, "--api-url", api_url, "--count", "10",
          "--first", "2", "--last", "6", "--timeout", "30"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

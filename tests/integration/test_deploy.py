@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from tests.handlers import FakeLambdaContext, load_handler
+from tickwork import migrate
 
 
 class CloudFormationResponses:
@@ -66,12 +67,15 @@ def run(monkeypatch, database_url: str, event: dict[str, Any]) -> dict[str, Any]
         settings.cache_clear()
 
 
+ALL_MIGRATIONS = [f"{m.version}_{m.name}" for m in migrate.load(migrate.default_directory())]
+
+
 def test_create_migrates_and_reports_success(monkeypatch, empty_database_url, cfn):
     result = run(monkeypatch, empty_database_url, custom_resource_event(cfn.url, "Create"))
-    assert result == {"applied": ["0001_core"]}
+    assert result == {"applied": ALL_MIGRATIONS}
     assert cfn.bodies[0]["Status"] == "SUCCESS"
     assert cfn.bodies[0]["RequestId"] == "req-1"
-    assert cfn.bodies[0]["Data"] == {"Applied": "0001_core"}
+    assert cfn.bodies[0]["Data"] == {"Applied": ",".join(ALL_MIGRATIONS)}
     with psycopg.connect(empty_database_url) as conn:
         assert conn.execute("select to_regclass('scheduled_actions')").fetchone()[0]
 
@@ -92,4 +96,4 @@ def test_a_failure_is_reported_to_cloudformation_not_left_hanging(monkeypatch, c
 
 
 def test_a_direct_invoke_migrates(monkeypatch, empty_database_url):
-    assert run(monkeypatch, empty_database_url, {}) == {"applied": ["0001_core"]}
+    assert run(monkeypatch, empty_database_url, {}) == {"applied": ALL_MIGRATIONS}

@@ -67,7 +67,9 @@ class WebhookReceiver:
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
         self.url = f"http://{host}:{self.server.server_port}/hooks"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def start(self) -> WebhookReceiver:
         self._thread.start()

@@ -4,6 +4,7 @@
 - one in-process queue per action type, with delay, visibility timeout and redrive;
 - dispatcher workers that receive batches and call the dispatcher handler with
   Lambda-shaped SQS events, deleting what it did not report as failed;
+- the HTTP API, behind a local server that verifies JWTs as API Gateway's authorizer does;
 - a webhook receiver that prints each delivery as it arrives.
 """
 
@@ -21,8 +22,10 @@ from typing import Any
 
 from tickwork import migrate, runtime
 from tickwork.config import ActionTypeConfig, Settings
-from tickwork.db import Database, connect
+from tickwork.db import Database
 from tickwork.local import handlers
+from tickwork.local.api_server import ApiServer
+from tickwork.local.auth import LocalJwt
 from tickwork.local.receiver import ReceivedWebhook, WebhookReceiver
 from tickwork.observability import logger
 from tickwork.providers import ProviderRegistry
@@ -92,6 +95,8 @@ class LocalRuntime:
         visibility_timeout: float = 6 * DISPATCHER_TIMEOUT_SECONDS,
         max_receive_count: int = 5,
         receiver_port: int = 0,
+        api_port: int = 0,
+        jwt: LocalJwt | None = None,
         on_delivery: Callable[[ReceivedWebhook], None] | None = None,
     ) -> None:
         self.database_url = database_url
@@ -115,6 +120,8 @@ class LocalRuntime:
             queues=self.queues,
             providers=ProviderRegistry(settings),
         )
+        self.jwt = jwt or LocalJwt()
+        self.api = ApiServer(handlers.load("api"), self.jwt, port=api_port)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -129,8 +136,8 @@ class LocalRuntime:
         handlers.load("dispatcher")
         runtime.install(self.runtime)
         self.receiver.start()
+        self.api.start()
         self._spawn("tick", self._tick_loop)
-        self._spawn("wake-listener", self._listen_for_wakeups)
         for action_type in self.settings.action_types:
             for worker in range(self.workers_per_type):
                 self._spawn(f"dispatch-{action_type}-{worker}", self._poll, action_type)
@@ -142,6 +149,7 @@ class LocalRuntime:
         for thread in self._threads:
             thread.join(timeout=DISPATCHER_TIMEOUT_SECONDS)
         self.receiver.stop()
+        self.api.stop()
         runtime.install(None)
         self.runtime.db.close()
 
@@ -172,22 +180,11 @@ class LocalRuntime:
             self._wake.wait(self.tick_interval)
             self._wake.clear()
 
-    def _listen_for_wakeups(self) -> None:
-        """`NOTIFY tickwork_wakeup` (sent by `tickwork demo` from another process) runs the
-        tick at once, as the API does for rows it creates inside the look-ahead."""
-        from tickwork.local.demo import WAKE_CHANNEL
-
-        with connect(self.database_url) as conn:
-            conn.execute(f"listen {WAKE_CHANNEL}")
-            while not self._stop.is_set():
-                for _ in conn.notifies(timeout=0.5, stop_after=1):
-                    self.tick_now()
-
     def _poll(self, action_type: str) -> None:
         handler = handlers.load("dispatcher")
         queue = self.queues.queue(action_type)
         while not self._stop.is_set():
-            messages = queue.receive(self.batch_size, wait_seconds=0.5)
+            messages = queue.receive(self.batch_size, wait_seconds=0.2)
             if not messages:
                 continue
             event = {"Records": [sqs_record(message, queue) for message in messages]}

@@ -1,0 +1,195 @@
+"""/v1/actions: schedule, read, list, cancel, reschedule, retry, send now."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+from uuid import UUID
+
+from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Header, Query
+from pydantic import AwareDatetime
+
+from tickwork import actions, calendar
+from tickwork.actions import Action, NewAction
+from tickwork.api.models import (
+    ActionOut,
+    ActionPage,
+    CreateAction,
+    Reschedule,
+    When,
+    responses,
+)
+from tickwork.api.scope import RequestScope, scope
+from tickwork.errors import NotFoundError
+from tickwork.tick import enqueue_soon
+from tickwork.wallclock import instant_of
+
+router = Router()
+
+WorkspaceHeader = Annotated[
+    UUID, Header(alias="X-Workspace-Id", description="the workspace to act in")
+]
+StatusFilter = Literal["queued", "submitted", "published", "failed", "cancelled"]
+
+
+def _out(request: RequestScope, action: Action) -> ActionOut:
+    return ActionOut.of(action, request.caller.timezone)
+
+
+def _instant(request: RequestScope, when: When) -> datetime:
+    return instant_of(
+        when.publish_at, when.date, when.time, when.timezone, request.caller.timezone.key
+    )
+
+
+def _action_id(raw: str) -> UUID:
+    try:
+        return UUID(raw)
+    except ValueError as exc:
+        raise NotFoundError(f"no action {raw!r} in this workspace") from exc
+
+
+def _enqueue_after_commit(request: RequestScope, action: Action) -> None:
+    """A row due within the tick's look-ahead goes to its queue now, not at the next tick."""
+    rt = request.runtime
+
+    def hand_over() -> None:
+        enqueue_soon(rt.db.connection(), rt.queues, [action.id], rt.settings)
+
+    request.after_commit.append(hand_over)
+
+
+@router.post(
+    "/v1/actions",
+    summary="Schedule an action",
+    responses=responses(201, ActionOut, "scheduled")
+    | responses(200, ActionOut, "an earlier request with this Idempotency-Key made it"),
+)
+def create_action(
+    body: CreateAction,
+    workspace: WorkspaceHeader,
+    idempotency_key: Annotated[
+        str | None,
+        Header(alias="Idempotency-Key", max_length=200, description="retry-safe creation"),
+    ] = None,
+) -> Response[ActionOut]:
+    request = scope(router)
+    new = NewAction(
+        action_type=body.action_type,
+        target_key=body.target_key,
+        thing_id=body.thing_id,
+        payload=body.payload,
+        publish_at=_instant(request, body),
+        dedupe_key=idempotency_key,
+        created_by=request.caller.user_id,
+    )
+    result = actions.schedule_once(
+        request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
+    )
+    if result.created:
+        _enqueue_after_commit(request, result.action)
+    return Response(
+        status_code=201 if result.created else 200,
+        content_type=content_types.APPLICATION_JSON,
+        body=_out(request, result.action),
+    )
+
+
+@router.get(
+    "/v1/actions",
+    summary="List actions in a time range (the calendar)",
+    responses=responses(200, ActionPage, "a page of actions in (publish_at, id) order"),
+)
+def list_actions(
+    workspace: WorkspaceHeader,
+    start: Annotated[AwareDatetime, Query(alias="from", description="inclusive, RFC 3339")],
+    end: Annotated[AwareDatetime, Query(alias="to", description="exclusive, RFC 3339")],
+    status: Annotated[StatusFilter | None, Query()] = None,
+    action_type: Annotated[str | None, Query(max_length=63)] = None,
+    thing_id: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=calendar.MAX_PAGE)] = 100,
+    cursor: Annotated[str | None, Query(max_length=300)] = None,
+) -> ActionPage:
+    request = scope(router)
+    page = calendar.list_actions(
+        request.conn, request.caller.workspace_id, start, end, status=status,
+        action_type=action_type, thing_id=thing_id, limit=limit, cursor=cursor,
+    )  # fmt: skip
+    return ActionPage(items=[_out(request, a) for a in page.items], next_cursor=page.next_cursor)
+
+
+@router.get(
+    "/v1/actions/<action_id>", summary="Get one action", responses=responses(200, ActionOut, "it")
+)
+def get_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
+    request = scope(router)
+    found = actions.get(request.conn, request.caller.workspace_id, _action_id(action_id))
+    if found is None:
+        raise NotFoundError(f"no action {action_id} in this workspace")
+    return _out(request, found)
+
+
+@router.post(
+    "/v1/actions/<action_id>/cancel",
+    summary="Cancel a queued action (idempotent)",
+    responses=responses(200, ActionOut, "cancelled (now or before)"),
+)
+def cancel_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
+    request = scope(router)
+    key = _action_id(action_id)
+    transition = actions.cancel(request.conn, request.caller.workspace_id, key)
+    return _out(request, actions.expect(transition, key, "cancelled", "queued", done="cancelled"))
+
+
+@router.post(
+    "/v1/actions/<action_id>/reschedule",
+    summary="Move a queued action: cancels it and schedules a linked copy",
+    responses=responses(200, ActionOut, "the new action; rescheduled_from names the old one"),
+)
+def reschedule_action(action_id: str, body: Reschedule, workspace: WorkspaceHeader) -> ActionOut:
+    request = scope(router)
+    key = _action_id(action_id)
+    transition, replacement = actions.reschedule(
+        request.conn, request.caller.workspace_id, key, _instant(request, body),
+        request.runtime.settings, request.now, created_by=request.caller.user_id,
+    )  # fmt: skip
+    actions.expect(transition, key, "rescheduled", "queued")
+    assert replacement is not None
+    _enqueue_after_commit(request, replacement)
+    return _out(request, replacement)
+
+
+@router.post(
+    "/v1/actions/<action_id>/send-now",
+    summary="Send a queued action now",
+    responses=responses(200, ActionOut, "the new action, due now; rescheduled_from links it"),
+)
+def send_now(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
+    request = scope(router)
+    key = _action_id(action_id)
+    transition, replacement = actions.reschedule(
+        request.conn, request.caller.workspace_id, key, request.now, request.runtime.settings,
+        request.now, source="send_now", created_by=request.caller.user_id,
+    )  # fmt: skip
+    actions.expect(transition, key, "sent now", "queued")
+    assert replacement is not None
+    _enqueue_after_commit(request, replacement)
+    return _out(request, replacement)
+
+
+@router.post(
+    "/v1/actions/<action_id>/retry",
+    summary="Retry a failed action on the same row (admins; at most 5 times)",
+    responses=responses(200, ActionOut, "queued again, due now"),
+)
+def retry_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
+    request = scope(router)
+    request.caller.require_admin("retry an action")
+    key = _action_id(action_id)
+    settings = request.runtime.settings
+    transition = actions.retry(request.conn, request.caller.workspace_id, key, settings)
+    retried = actions.expect_retried(transition, key)
+    _enqueue_after_commit(request, retried)
+    return _out(request, retried)

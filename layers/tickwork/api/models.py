@@ -1,0 +1,169 @@
+"""Request and response bodies of the HTTP API (pydantic; they make the OpenAPI document)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+from zoneinfo import ZoneInfo
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+
+from tickwork.actions import Action
+from tickwork.wallclock import local_rendering
+
+Status = Literal["queued", "submitted", "published", "failed", "cancelled"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class When(Strict):
+    """Either an instant (`publish_at`, RFC 3339 with an offset) or a wall time (`date` and
+    `time`, in `timezone` or else the workspace's zone)."""
+
+    publish_at: AwareDatetime | None = Field(
+        default=None, description="RFC 3339 with offset, e.g. 2026-05-20T09:00:00-04:00"
+    )
+    date: str | None = Field(default=None, description="local date, YYYY-MM-DD", max_length=10)
+    time: str | None = Field(default=None, description="local time, HH:MM[:SS]", max_length=15)
+    timezone: str | None = Field(
+        default=None, description="IANA zone; default: the workspace's zone", max_length=64
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> When:
+        wall = self.date is not None or self.time is not None
+        if self.publish_at is not None and (wall or self.timezone is not None):
+            raise ValueError("give either publish_at, or date and time (and timezone); not both")
+        if self.publish_at is None and (self.date is None or self.time is None):
+            raise ValueError("give publish_at, or both date and time")
+        return self
+
+
+class CreateAction(When):
+    action_type: str = Field(min_length=1, max_length=63, examples=["webhook"])
+    target_key: str = Field(min_length=1, max_length=200, examples=["primary"])
+    thing_id: str | None = Field(default=None, min_length=1, max_length=200)
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class Reschedule(When):
+    pass
+
+
+class ActionOut(BaseModel):
+    id: UUID
+    action_type: str
+    target_key: str
+    thing_id: str | None
+    payload: dict[str, Any]
+    status: Status
+    publish_at: datetime
+    publish_at_local: str = Field(description="publish_at in the workspace's zone")
+    next_attempt_at: datetime | None
+    error_code: str | None
+    last_error: str | None
+    attempt_count: int
+    manual_retries: int
+    provider_id: str | None
+    submitted_at: datetime | None
+    finished_at: datetime | None
+    rescheduled_from: UUID | None
+    recurring_schedule_id: UUID | None
+    source: str
+    idempotency_key: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, action: Action, tz: ZoneInfo) -> ActionOut:
+        return cls(
+            id=action.id, action_type=action.action_type, target_key=action.target_key,
+            thing_id=action.thing_id, payload=action.payload, status=action.status,
+            publish_at=action.publish_at, publish_at_local=local_rendering(action.publish_at, tz),
+            next_attempt_at=action.next_attempt_at, error_code=action.error_code,
+            last_error=action.last_error, attempt_count=action.attempt_count,
+            manual_retries=action.manual_retries, provider_id=action.provider_id,
+            submitted_at=action.submitted_at, finished_at=action.finished_at,
+            rescheduled_from=action.rescheduled_from,
+            recurring_schedule_id=action.recurring_schedule_id, source=action.source,
+            idempotency_key=action.dedupe_key, created_at=action.created_at,
+            updated_at=action.updated_at,
+        )  # fmt: skip
+
+
+class ActionPage(BaseModel):
+    items: list[ActionOut]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page")
+
+
+class StatusCount(BaseModel):
+    status: Status
+    action_type: str
+    count: int
+
+
+class LagOut(BaseModel):
+    p50: float
+    p95: float
+    p99: float
+
+
+class StatsOut(BaseModel):
+    counts: list[StatusCount]
+    due_backlog: int = Field(description="queued actions already due")
+    oldest_due_age_seconds: float | None
+    lag_sample: int = Field(description="actions due in the last hour that were claimed")
+    lag_ms: LagOut | None = Field(description="claim time - publish_at, last hour")
+
+
+class WorkspaceOut(BaseModel):
+    id: UUID
+    name: str
+    timezone: str
+    settings: dict[str, Any]
+    now_local: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class WorkspacePatch(Strict):
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    timezone: str | None = Field(default=None, max_length=64)
+    settings: dict[str, Any] | None = None
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+_ERROR_MEANINGS = {
+    400: "the request is malformed (body not JSON, X-Workspace-Id missing)",
+    401: "no valid bearer token",
+    403: "not a member of the workspace, or not an admin",
+    404: "no such action in this workspace (another workspace's ids are not found either)",
+    409: "the action is not in a state that allows this, or conflicts with another",
+    413: "the body or the payload is too large",
+    422: "a value is invalid; the message says which and why",
+}
+
+
+def responses(status: int, model: type[BaseModel], description: str) -> dict[int, Any]:
+    """OpenAPI responses of a route: its success, and every error in the one error shape."""
+    documented: dict[int, Any] = {
+        status: {"description": description, "content": {"application/json": {"model": model}}}
+    }
+    for code, meaning in _ERROR_MEANINGS.items():
+        documented[code] = {
+            "description": meaning,
+            "content": {"application/json": {"model": ErrorBody}},
+        }
+    return documented

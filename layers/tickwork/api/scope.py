@@ -1,0 +1,84 @@
+"""Per-request scope: who calls, in which workspace, on which transaction.
+
+The `tenancy` middleware reads the caller from the claims API Gateway's JWT authorizer
+verified (`sub`) and the workspace from the `X-Workspace-Id` header, opens the tenant
+transaction (row-level security), checks membership, runs the route, and commits, or
+rolls back when the route answered with an error. Work that needs the commit (handing a
+new row to its queue) is queued in `after_commit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
+
+from tickwork import runtime
+from tickwork.db import Connection
+from tickwork.errors import AuthenticationError, BadRequestError
+from tickwork.runtime import Runtime
+from tickwork.tenancy import Caller, authorize, tenant_transaction
+from tickwork.wallclock import utcnow
+
+WORKSPACE_HEADER = "x-workspace-id"
+_KEY = "tickwork_scope"
+
+
+@dataclass
+class RequestScope:
+    conn: Connection
+    caller: Caller
+    runtime: Runtime
+    now: datetime
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+
+def scope(router: Router) -> RequestScope:
+    found = router.context.get(_KEY)
+    assert isinstance(found, RequestScope), "route registered without the tenancy middleware"
+    return found
+
+
+def _user(app: APIGatewayHttpResolver) -> str:
+    authorizer = app.current_event.request_context.authorizer
+    claims: dict[str, Any] = (authorizer.jwt_claim if authorizer else None) or {}
+    sub = claims.get("sub")
+    if not isinstance(sub, str) or not sub:
+        raise AuthenticationError("a bearer token with a subject (sub) is required")
+    return sub
+
+
+def _workspace(app: APIGatewayHttpResolver) -> UUID:
+    raw = app.current_event.headers.get(WORKSPACE_HEADER)
+    if not raw:
+        raise BadRequestError("the X-Workspace-Id header is required: the workspace to act in")
+    try:
+        return UUID(raw)
+    except ValueError as exc:
+        raise BadRequestError(f"X-Workspace-Id {raw!r} is not a workspace id") from exc
+
+
+def tenancy(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Response[Any]:
+    user_id = _user(app)
+    workspace_id = _workspace(app)
+    rt = runtime.current()
+    conn = rt.db.connection()
+    request: RequestScope | None = None
+    with tenant_transaction(conn, workspace_id):
+        caller = authorize(conn, user_id, workspace_id)
+        request = RequestScope(conn, caller, rt, utcnow())
+        app.append_context(**{_KEY: request})
+        response = next_middleware(app)
+        if response.status_code >= 400:
+            raise psycopg.Rollback()
+    if response.status_code < 400:
+        for work in request.after_commit:
+            work()
+    return response

@@ -1,0 +1,80 @@
+"""/v1/workspace: the caller's workspace, its zone and settings."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Header
+
+from tickwork import calendar, workspaces
+from tickwork.api.models import (
+    LagOut,
+    StatsOut,
+    StatusCount,
+    WorkspaceOut,
+    WorkspacePatch,
+    responses,
+)
+from tickwork.api.scope import scope
+from tickwork.wallclock import local_rendering, zone
+
+router = Router()
+
+WorkspaceHeader = Annotated[
+    UUID, Header(alias="X-Workspace-Id", description="the workspace to act in")
+]
+
+
+def _out(found: workspaces.Workspace) -> WorkspaceOut:
+    request = scope(router)
+    return WorkspaceOut(
+        id=found.id,
+        name=found.name,
+        timezone=found.timezone,
+        settings=found.settings,
+        now_local=local_rendering(request.now, zone(found.timezone)),
+        created_at=found.created_at,
+        updated_at=found.updated_at,
+    )
+
+
+@router.get(
+    "/v1/workspace",
+    summary="The workspace: zone and settings",
+    responses=responses(200, WorkspaceOut, "the workspace"),
+)
+def get_workspace(workspace: WorkspaceHeader) -> WorkspaceOut:
+    return _out(workspaces.current(scope(router).conn))
+
+
+@router.patch(
+    "/v1/workspace",
+    summary="Change the workspace's name, zone or settings (admins)",
+    responses=responses(200, WorkspaceOut, "the workspace as changed"),
+)
+def patch_workspace(body: WorkspacePatch, workspace: WorkspaceHeader) -> WorkspaceOut:
+    request = scope(router)
+    request.caller.require_admin("change the workspace")
+    updated = workspaces.update(
+        request.conn, name=body.name, timezone=body.timezone, settings=body.settings
+    )
+    return _out(updated)
+
+
+@router.get(
+    "/v1/stats",
+    summary="Counts by status and type, backlog, and recent lag",
+    responses=responses(200, StatsOut, "the numbers"),
+)
+def get_stats(workspace: WorkspaceHeader) -> StatsOut:
+    request = scope(router)
+    found = calendar.stats(request.conn, request.caller.workspace_id)
+    return StatsOut(
+        counts=[StatusCount(**row) for row in found.counts],
+        due_backlog=found.due_backlog,
+        oldest_due_age_seconds=found.oldest_due_age_seconds,
+        lag_sample=found.lag_sample,
+        lag_ms=LagOut(**found.lag_ms) if found.lag_ms else None,
+    )

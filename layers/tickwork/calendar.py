@@ -1,0 +1,107 @@
+"""The calendar (a workspace's actions in a time range, keyset-paginated) and its stats."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from psycopg.rows import class_row
+
+from tickwork.actions import Action
+from tickwork.db import Connection
+from tickwork.errors import InputError
+from tickwork.sql import query
+
+_LIST = query("list_actions")
+_COUNTS = query("stats_counts")
+_BACKLOG = query("stats_backlog")
+_LAG = query("stats_lag")
+
+NIL = UUID(int=0)
+MAX_PAGE = 500
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Action]
+    next_cursor: str | None
+
+
+def encode_cursor(action: Action) -> str:
+    raw = f"{action.publish_at.isoformat()}|{action.id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        at, action_id = base64.urlsafe_b64decode(padded.encode()).decode().split("|")
+        parsed = datetime.fromisoformat(at)
+        if parsed.tzinfo is None:
+            raise ValueError("naive")
+        return parsed, UUID(action_id)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError("cursor is not one this API returned", field="cursor") from exc
+
+
+def list_actions(
+    conn: Connection,
+    workspace_id: UUID,
+    start: datetime,
+    end: datetime,
+    *,
+    status: str | None = None,
+    action_type: str | None = None,
+    thing_id: str | None = None,
+    limit: int = 100,
+    cursor: str | None = None,
+) -> Page:
+    if end <= start:
+        raise InputError("`to` must be after `from`", field="to")
+    if not 1 <= limit <= MAX_PAGE:
+        raise InputError(f"limit must be between 1 and {MAX_PAGE}", field="limit")
+    after_at, after_id = decode_cursor(cursor) if cursor else (start, NIL)
+    params = {
+        "workspace_id": workspace_id, "after_at": max(after_at, start), "after_id": after_id,
+        "to": end, "status": status, "action_type": action_type, "thing_id": thing_id,
+        "limit": limit + 1,
+    }  # fmt: skip
+    if after_at < start:
+        params["after_id"] = NIL
+    with conn.cursor(row_factory=class_row(Action)) as cur:
+        rows = cur.execute(_LIST, params).fetchall()
+    more = len(rows) > limit
+    items = rows[:limit]
+    return Page(items, encode_cursor(items[-1]) if more else None)
+
+
+@dataclass(frozen=True)
+class Stats:
+    counts: list[dict[str, Any]]
+    due_backlog: int
+    oldest_due_age_seconds: float | None
+    lag_sample: int
+    lag_ms: dict[str, float] | None
+
+
+def stats(conn: Connection, workspace_id: UUID) -> Stats:
+    params = {"workspace_id": workspace_id}
+    counts = [
+        {"status": status, "action_type": action_type, "count": count}
+        for status, action_type, count in conn.execute(_COUNTS, params).fetchall()
+    ]
+    backlog = conn.execute(_BACKLOG, params).fetchone()
+    lag = conn.execute(_LAG, params).fetchone()
+    assert backlog is not None
+    assert lag is not None
+    sample, percentiles = lag
+    lag_ms = None
+    if sample and percentiles:
+        lag_ms = {
+            name: round(value, 1)
+            for name, value in zip(("p50", "p95", "p99"), percentiles, strict=True)
+        }
+    return Stats(counts, backlog[0], backlog[1], sample, lag_ms)

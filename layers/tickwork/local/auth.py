@@ -1,0 +1,47 @@
+"""Local JWTs: what API Gateway's JWT authorizer checks in AWS (signature, issuer,
+audience, expiry), done by the local API server with a key kept in `.tickwork/`."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import jwt
+
+from tickwork.errors import AuthenticationError
+
+ISSUER = "tickwork-local"
+AUDIENCE = "tickwork"
+KEY_FILE = Path(".tickwork") / "jwt-secret"
+ALGORITHM = "HS256"
+
+
+class LocalJwt:
+    def __init__(self, key_file: Path = KEY_FILE) -> None:
+        if not key_file.exists():
+            key_file.parent.mkdir(parents=True, exist_ok=True)
+            key_file.write_text(secrets.token_hex(32))
+            key_file.chmod(0o600)
+        self._key = key_file.read_text().strip()
+
+    def sign(self, subject: str, ttl_seconds: int = 12 * 3600) -> str:
+        now = int(time.time())
+        claims = {"sub": subject, "iss": ISSUER, "aud": AUDIENCE, "iat": now,
+                  "exp": now + ttl_seconds}  # fmt: skip
+        return jwt.encode(claims, self._key, algorithm=ALGORITHM)
+
+    def verify(self, authorization: str | None) -> dict[str, Any]:
+        """The claims of a `Bearer <token>` header, or AuthenticationError."""
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise AuthenticationError("send Authorization: Bearer <token> (`tickwork token`)")
+        token = authorization.split(" ", 1)[1].strip()
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token, self._key, algorithms=[ALGORITHM], audience=AUDIENCE, issuer=ISSUER,
+                options={"require": ["exp", "iss", "aud", "sub"]},
+            )  # fmt: skip
+        except jwt.PyJWTError as exc:
+            raise AuthenticationError(f"the token was refused: {exc}") from exc
+        return claims

@@ -1,0 +1,52 @@
+-- The calendar and the numbers an operator or a UI wants about a workspace.
+
+-- name: list_actions
+-- Keyset pagination in (publish_at, id) order over the calendar index; the cursor is the
+-- last (publish_at, id) seen, or (from, the nil uuid) for the first page.
+select *
+from scheduled_actions
+where workspace_id = %(workspace_id)s
+  and (publish_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
+  and publish_at < %(to)s
+  and (%(status)s::text is null or status = %(status)s)
+  and (%(action_type)s::text is null or action_type = %(action_type)s)
+  and (%(thing_id)s::text is null or thing_id = %(thing_id)s)
+order by publish_at, id
+limit %(limit)s
+
+-- name: stats_counts
+select status, action_type, count(*) as count
+from scheduled_actions
+where workspace_id = %(workspace_id)s
+group by status, action_type
+order by status, action_type
+
+-- name: stats_backlog
+-- Queued rows already due, through the two partial indexes of queued rows (not in a queue,
+-- and in one): both are small unless something is behind.
+with due as (
+    select coalesce(next_attempt_at, publish_at) as due_at
+    from scheduled_actions
+    where status = 'queued' and enqueued_at is null
+      and coalesce(next_attempt_at, publish_at) <= now()
+      and workspace_id = %(workspace_id)s
+    union all
+    select coalesce(next_attempt_at, publish_at)
+    from scheduled_actions
+    where status = 'queued' and enqueued_at is not null
+      and coalesce(next_attempt_at, publish_at) <= now()
+      and workspace_id = %(workspace_id)s
+)
+select count(*), extract(epoch from now() - min(due_at))::float8 from due
+
+-- name: stats_lag
+-- How late rows due in the last hour were claimed, in milliseconds.
+select count(*),
+       percentile_cont(array[0.5, 0.95, 0.99]) within group (
+           order by extract(epoch from submitted_at - publish_at) * 1000
+       )
+from scheduled_actions
+where workspace_id = %(workspace_id)s
+  and publish_at >= now() - interval '1 hour'
+  and publish_at <= now()
+  and submitted_at is not null

@@ -1,0 +1,37 @@
+-- Workspaces, members and the API's view of the caller.
+
+-- name: set_tenant
+-- Inside a transaction: act as the API role, scoped to one workspace (row-level security).
+select set_config('role', 'tickwork_api', true),
+       set_config('tickwork.workspace_id', %(workspace_id)s::text, true)
+
+-- name: caller_membership
+-- Row-level security already limits this to the current workspace.
+select m.role, w.timezone
+from workspace_members m
+join workspaces w on w.id = m.workspace_id
+where m.user_id = %(user_id)s
+
+-- name: get_workspace
+select id, name, timezone, settings, created_at, updated_at
+from workspaces
+where id = tickwork_current_workspace()
+
+-- name: update_workspace
+update workspaces
+set name = coalesce(%(name)s, name),
+    timezone = coalesce(%(timezone)s, timezone),
+    settings = coalesce(%(settings)s, settings)
+where id = tickwork_current_workspace()
+returning id, name, timezone, settings, created_at, updated_at
+
+-- name: find_workspace
+select id from workspaces where id::text = %(key)s or name = %(key)s order by created_at limit 1
+
+-- name: create_workspace
+insert into workspaces (name, timezone) values (%(name)s, %(timezone)s) returning id
+
+-- name: upsert_member
+insert into workspace_members (workspace_id, user_id, role)
+values (%(workspace_id)s, %(user_id)s, %(role)s)
+on conflict (workspace_id, user_id) do update set role = excluded.role

@@ -1,0 +1,92 @@
+"""Workspaces: their zone and settings, and the admin commands that make them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from tickwork.db import Connection
+from tickwork.errors import InputError, NotFoundError
+from tickwork.sql import query
+from tickwork.wallclock import zone
+
+_GET = query("get_workspace")
+_UPDATE = query("update_workspace")
+_FIND = query("find_workspace")
+_CREATE = query("create_workspace")
+_UPSERT_MEMBER = query("upsert_member")
+
+SETTINGS_MAX_BYTES = 16384
+
+
+@dataclass(frozen=True)
+class Workspace:
+    id: UUID
+    name: str
+    timezone: str
+    settings: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+def current(conn: Connection) -> Workspace:
+    """The workspace of the current tenant transaction."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_GET).fetchone()
+    if row is None:
+        raise NotFoundError("workspace not found")
+    return Workspace(**row)
+
+
+def update(
+    conn: Connection,
+    *,
+    name: str | None = None,
+    timezone: str | None = None,
+    settings: dict[str, Any] | None = None,
+) -> Workspace:
+    """Change the current workspace's name, zone (validated) or settings (replaced whole)."""
+    if timezone is not None:
+        zone(timezone)
+    if name is not None and not (1 <= len(name.strip()) <= 200):
+        raise InputError("name must be 1 to 200 characters", field="name")
+    if settings is not None:
+        import json
+
+        if len(json.dumps(settings)) > SETTINGS_MAX_BYTES:
+            raise InputError(
+                f"settings are larger than {SETTINGS_MAX_BYTES} bytes", field="settings"
+            )
+    params = {
+        "name": name,
+        "timezone": timezone,
+        "settings": Jsonb(settings) if settings is not None else None,
+    }
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_UPDATE, params).fetchone()
+    if row is None:
+        raise NotFoundError("workspace not found")
+    return Workspace(**row)
+
+
+def ensure(conn: Connection, key: str, *, timezone: str = "UTC") -> tuple[UUID, bool]:
+    """The workspace whose id or name is `key`, created (named `key`) if there is none.
+    Returns (id, created). Runs as the owner: for operators and the local runtime."""
+    row = conn.execute(_FIND, {"key": key}).fetchone()
+    if row is not None:
+        return UUID(str(row[0])), False
+    zone(timezone)
+    created = conn.execute(_CREATE, {"name": key, "timezone": timezone}).fetchone()
+    assert created is not None
+    return UUID(str(created[0])), True
+
+
+def add_member(conn: Connection, workspace_id: UUID, user_id: str, role: str) -> None:
+    if role not in ("member", "admin"):
+        raise InputError("role must be member or admin", field="role")
+    conn.execute(_UPSERT_MEMBER, {"workspace_id": workspace_id, "user_id": user_id, "role": role})

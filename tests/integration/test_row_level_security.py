@@ -1,0 +1,82 @@
+"""Row-level security: the API's role sees and writes only its workspace, whatever the
+query; the workers' role (the table owner) sees everything."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import psycopg
+import pytest
+from tickwork.errors import ForbiddenError
+from tickwork.tenancy import authorize, tenant_transaction
+from tickwork.workspaces import add_member
+
+from tests.conftest import make_workspace
+from tests.engine import seed
+
+
+@pytest.fixture
+def two_tenants(conn, now):
+    a = make_workspace(conn, "A")
+    b = make_workspace(conn, "B")
+    seed(conn, a, 3, now + timedelta(hours=1))
+    seed(conn, b, 5, now + timedelta(hours=1))
+    add_member(conn, a, "alice", "admin")
+    add_member(conn, b, "bob", "member")
+    return a, b
+
+
+def test_a_query_without_a_workspace_filter_sees_only_the_tenant(conn, two_tenants):
+    a, _ = two_tenants
+    with tenant_transaction(conn, a):
+        # no WHERE clause at all: the policy filters
+        rows = conn.execute("select workspace_id from scheduled_actions").fetchall()
+        members = conn.execute("select user_id from workspace_members").fetchall()
+        spaces = conn.execute("select id from workspaces").fetchall()
+    assert {row[0] for row in rows} == {a}
+    assert len(rows) == 3
+    assert members == [("alice",)]
+    assert spaces == [(a,)]
+
+
+def test_an_unfiltered_update_touches_only_the_tenant(conn, two_tenants):
+    a, b = two_tenants
+    with tenant_transaction(conn, a):
+        changed = conn.execute(
+            "update scheduled_actions set status = 'cancelled', finished_at = now()"
+        ).rowcount
+    assert changed == 3
+    untouched = conn.execute(
+        "select count(*) from scheduled_actions where workspace_id = %s and status = 'queued'",
+        (b,),
+    ).fetchone()[0]
+    assert untouched == 5
+
+
+def test_writing_into_another_workspace_is_refused(conn, two_tenants, now):
+    a, b = two_tenants
+    with (
+        pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"),
+        tenant_transaction(conn, a),
+    ):
+        conn.execute(
+            "insert into scheduled_actions (workspace_id, action_type, target_key,"
+            " publish_at) values (%s, 'log', 't', now())",
+            (b,),
+        )
+
+
+def test_the_role_does_not_outlive_the_transaction(conn, two_tenants):
+    a, _ = two_tenants
+    with tenant_transaction(conn, a):
+        assert conn.execute("select current_user").fetchone() == ("tickwork_api",)
+    assert conn.execute("select current_user").fetchone() != ("tickwork_api",)
+    assert conn.execute("select count(*) from scheduled_actions").fetchone() == (8,)
+
+
+def test_membership_is_checked_within_the_tenant(conn, two_tenants):
+    a, _ = two_tenants
+    with tenant_transaction(conn, a):
+        assert authorize(conn, "alice", a).is_admin
+    with pytest.raises(ForbiddenError, match="not a member"), tenant_transaction(conn, a):
+        authorize(conn, "bob", a)
