@@ -18,6 +18,7 @@ from uuid import UUID
 import psycopg
 import pytest
 from psycopg import sql
+
 from tickwork import migrate
 from tickwork.config import Settings
 from tickwork.db import Connection, Database, connect

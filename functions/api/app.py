@@ -4,6 +4,7 @@ from typing import Any
 
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from tickwork.api import handle
 from tickwork.observability import logger, tracer
 

@@ -3,6 +3,7 @@
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from tickwork import runtime
 from tickwork.dispatch import handle_sqs_event
 from tickwork.observability import logger, metrics, tracer

@@ -3,6 +3,7 @@
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from tickwork.config import settings
 from tickwork.deploy import handle_migration_event
 from tickwork.observability import logger

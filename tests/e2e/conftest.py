@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from tickwork import workspaces
 from tickwork.config import Settings
 from tickwork.local.auth import LocalJwt

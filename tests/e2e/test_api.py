@@ -8,10 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
-from tickwork import actions
-from tickwork.db import connect
 
 from tests.e2e.conftest import Api
+from tickwork import actions
+from tickwork.db import connect
 
 ERROR_KEYS = {"code", "message", "details"}
 

@@ -8,6 +8,7 @@ import json
 
 import schemathesis
 from hypothesis import HealthCheck, settings
+
 from tickwork.api import openapi_document
 
 schema = schemathesis.openapi.from_dict(json.loads(openapi_document()))

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tickwork.config import Settings
 from tickwork.local.auth import LocalJwt
 from tickwork.local.demo import demo_client, seed_demo, watch

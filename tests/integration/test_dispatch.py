@@ -10,6 +10,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+
+from tests.engine import drain, row, seed, statuses
+from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
+from tests.handlers import FakeLambdaContext, load_handler
 from tickwork import runtime as runtime_slot
 from tickwork.actions import Action
 from tickwork.db import Database, connect
@@ -21,10 +25,6 @@ from tickwork.queues.memory import InProcessQueues
 from tickwork.queues.port import OutgoingMessage
 from tickwork.runtime import Runtime
 from tickwork.tick import run_tick
-
-from tests.engine import drain, row, seed, statuses
-from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
-from tests.handlers import FakeLambdaContext, load_handler
 
 
 def log_provider(runtime: Runtime, action_type: str = "log") -> LogProvider:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from tickwork import cli, migrate
 from tickwork.actions import Action
 from tickwork.errors import MigrationChecksumError, MigrationError

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from tickwork.sql import query
 
 
@@ -98,3 +99,18 @@ def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
 def test_zombie_recovery_uses_the_in_flight_index(conn, big_table):
     plan = plan_of(conn, query("recover_stuck"), {"stuck_timeout": 900})
     assert "ix_scheduled_actions_in_flight" in index_scans(plan), json.dumps(plan, indent=1)
+
+
+def test_the_calendar_page_walks_the_calendar_index(conn, big_table, workspace):
+    from datetime import timedelta
+
+    plan = plan_of(
+        conn,
+        query("list_actions"),
+        {"workspace_id": workspace, "after_at": big_table + timedelta(hours=2),
+         "after_id": "00000000-0000-0000-0000-000000000000",
+         "to": big_table + timedelta(hours=3), "status": None, "action_type": None,
+         "thing_id": None, "limit": 101},
+    )  # fmt: skip
+    assert index_scans(plan) == {"ix_scheduled_actions_calendar"}, json.dumps(plan, indent=1)
+    assert "scheduled_actions" not in seq_scans(plan)

@@ -7,12 +7,12 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from tickwork.errors import ForbiddenError
-from tickwork.tenancy import authorize, tenant_transaction
-from tickwork.workspaces import add_member
 
 from tests.conftest import make_workspace
 from tests.engine import seed
+from tickwork.errors import ForbiddenError
+from tickwork.tenancy import authorize, tenant_transaction
+from tickwork.workspaces import add_member
 
 
 @pytest.fixture

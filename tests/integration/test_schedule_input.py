@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 import pytest
+
 from tickwork import actions
 from tickwork.actions import PAYLOAD_MAX_BYTES, NewAction
 from tickwork.errors import (

@@ -11,14 +11,14 @@ from uuid import uuid4
 import boto3
 import pytest
 from moto import mock_aws
+
+from tests.engine import seed, statuses
+from tests.handlers import FakeLambdaContext, load_handler
 from tickwork import runtime as runtime_slot
 from tickwork.queues.port import OutgoingMessage
 from tickwork.queues.sqs import SqsQueues
 from tickwork.runtime import Runtime
 from tickwork.tick import run_tick
-
-from tests.engine import seed, statuses
-from tests.handlers import FakeLambdaContext, load_handler
 
 
 @pytest.fixture

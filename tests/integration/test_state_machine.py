@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
 import pytest
+
 from tickwork import actions
 from tickwork.actions import Action, NewAction
 from tickwork.config import Settings

@@ -6,11 +6,10 @@ import threading
 from collections import Counter
 from datetime import timedelta
 
+from tests.engine import RecordingQueues, row, seed, statuses
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.db import connect
 from tickwork.tick import run_tick
-
-from tests.engine import RecordingQueues, row, seed, statuses
 
 
 def with_types(settings: Settings, **types: ActionTypeConfig) -> Settings:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from tickwork import runtime as runtime_slot
-
 from tests.engine import seed
 from tests.handlers import FakeLambdaContext, load_handler
+from tickwork import runtime as runtime_slot
 
 
 def test_the_tick_handler_returns_its_summary_and_emits_metrics(

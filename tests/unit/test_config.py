@@ -1,4 +1,5 @@
 import pytest
+
 from tickwork.config import Settings
 from tickwork.errors import ConfigError
 

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 import pytest
+
 from tickwork.actions import Action
 from tickwork.config import Settings
 from tickwork.dispatch import backoff_seconds, decide

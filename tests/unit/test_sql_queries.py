@@ -1,4 +1,5 @@
 import pytest
+
 from tickwork import sql
 from tickwork.sql import _parse
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, time
 
 import pytest
+
 from tickwork.errors import InvalidTimeError, InvalidTimezoneError
 from tickwork.wallclock import parse_wall_time, require_aware, resolve_wall_time, zone
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
+
 from tickwork.providers.base import Ambiguous, Delivered, Rejected, Transient
 from tickwork.providers.webhook import (
     WebhookProvider,

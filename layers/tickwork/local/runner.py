@@ -159,10 +159,6 @@ class LocalRuntime:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def tick_now(self) -> None:
-        """Run the tick at once instead of waiting for its interval."""
-        self._wake.set()
-
     def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
         thread.start()
