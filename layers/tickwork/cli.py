@@ -64,7 +64,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
         )
     print("Ctrl-C stops.", flush=True)
     stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    # Explicit handlers: a shell that starts us in the background ignores SIGINT for us.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopped.set())
     with contextlib.suppress(KeyboardInterrupt):
         stopped.wait()
     print("\nstopping...", flush=True)
