@@ -119,12 +119,16 @@ def cmd_token(args: argparse.Namespace) -> int:
             workspaces.add_member(
                 conn, workspace_id, args.user, "admin" if args.admin else "member"
             )
+    token = LocalJwt().sign(args.user, ttl_seconds=int(args.hours * 3600))
     print(
         f"{'created ' if created else ''}workspace {workspace_id}; token for {args.user}."
-        f" Use: -H 'Authorization: Bearer $TOKEN' -H 'X-Workspace-Id: {workspace_id}'",
+        f" Use: -H 'Authorization: Bearer <token>' -H 'X-Workspace-Id: {workspace_id}'",
         file=sys.stderr,
     )
-    print(LocalJwt().sign(args.user, ttl_seconds=int(args.hours * 3600)))
+    if args.export:
+        print(f"export TOKEN={token} WS={workspace_id}")
+    else:
+        print(token)
     return 0
 
 
@@ -165,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="create the workspace and the membership if missing")  # fmt: skip
     token.add_argument("--timezone", default="UTC", help="zone of a created workspace")
     token.add_argument("--hours", type=float, default=12.0, help="validity")
+    token.add_argument("--export", action="store_true",
+                       help="print `export TOKEN=... WS=...` for eval in a shell")  # fmt: skip
     token.add_argument("--database-url", help=url_help)
     token.set_defaults(run=cmd_token)
     return parser
