@@ -22,7 +22,10 @@ def _database_url(explicit: str | None) -> str:
         return explicit
     url, server = dev_database_url()
     if server is not None:
-        print("using the embedded Postgres in .tickwork/pgdata (set DATABASE_URL to use your own)")
+        print(
+            "using the embedded Postgres in .tickwork/pgdata (set DATABASE_URL to use your own)",
+            file=sys.stderr,
+        )
     return url
 
 
