@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,15 +43,19 @@ def _prefix() -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_admin_url() -> Iterator[str]:
     configured = os.environ.get("DATABASE_URL")
     if configured:
         yield configured
         return
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("embedded") / "pgdata", delete_on_exit=True)
+    # Not under pytest's tmp_path: every pytest session re-closes that tree to its owner,
+    # which would lock the server's own user out of its data directory.
+    data_root = Path(tempfile.mkdtemp(prefix="tickwork-test-pg-"))
+    server = EmbeddedPostgres(data_root / "pgdata", delete_on_exit=True)
     server.tune_for_tests()
     yield server.url()
     server.stop()
+    shutil.rmtree(data_root, ignore_errors=True)
 
 
 def create_database(admin_url: str, name: str) -> str:

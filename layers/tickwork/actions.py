@@ -26,7 +26,7 @@ from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from tickwork.config import Settings
-from tickwork.db import Connection
+from tickwork.db import Connection, storable
 from tickwork.errors import (
     ConflictError,
     IdempotencyKeyReusedError,
@@ -219,7 +219,8 @@ _CONFLICT_MESSAGES = {
 def integrity_errors() -> Iterator[None]:
     """Turn constraint violations into domain errors the API can explain."""
     try:
-        yield
+        with storable():
+            yield
     except psycopg.errors.UniqueViolation as exc:
         constraint = exc.diag.constraint_name or ""
         message = _CONFLICT_MESSAGES.get(constraint, "the action conflicts with an existing one")
@@ -230,9 +231,6 @@ def integrity_errors() -> Iterator[None]:
         raise InputError(
             f"the action breaks a rule: {exc.diag.constraint_name or exc.diag.message_primary}"
         ) from exc
-    except psycopg.DataError as exc:
-        # Values Postgres cannot store: NUL characters in text or JSON, out-of-range numbers.
-        raise InputError(f"a value cannot be stored: {exc}") from exc
 
 
 # ------------------------------------------------------------------------- transitions

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import psycopg
 
 from tickwork.config import Settings
-from tickwork.errors import ConfigError
+from tickwork.errors import ConfigError, InputError
 
 Connection = psycopg.Connection[Any]
 
@@ -24,6 +24,16 @@ Connection = psycopg.Connection[Any]
 def connect(url: str, **kwargs: Any) -> Connection:
     """An autocommit connection: every statement is its own transaction unless a block opens one."""
     return psycopg.connect(url, autocommit=True, **kwargs)
+
+
+@contextmanager
+def storable() -> Iterator[None]:
+    """Values Postgres cannot store (NUL characters in text or JSON, out-of-range numbers)
+    are the caller's input problem, not ours: say so as an InputError."""
+    try:
+        yield
+    except psycopg.DataError as exc:
+        raise InputError(f"a value cannot be stored: {exc}") from exc
 
 
 def url_from_secret(secret: dict[str, Any], host_override: str | None = None) -> str:

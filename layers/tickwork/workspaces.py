@@ -10,7 +10,7 @@ from uuid import UUID
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from tickwork.db import Connection
+from tickwork.db import Connection, storable
 from tickwork.errors import InputError, NotFoundError
 from tickwork.sql import query
 from tickwork.wallclock import zone
@@ -67,7 +67,7 @@ def update(
         "timezone": timezone,
         "settings": Jsonb(settings) if settings is not None else None,
     }
-    with conn.cursor(row_factory=dict_row) as cur:
+    with storable(), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_UPDATE, params).fetchone()
     if row is None:
         raise NotFoundError("workspace not found")

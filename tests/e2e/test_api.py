@@ -278,3 +278,9 @@ def test_the_openapi_document_is_served_without_a_token(api):
     document = httpx.get(f"{api.url}/v1/openapi.json").json()
     assert document["info"]["title"] == "Tickwork"
     assert "/v1/actions/{action_id}/reschedule" in document["paths"]
+
+
+def test_values_postgres_cannot_store_are_a_422_everywhere(api):
+    patched = api.admin.http.patch("/v1/workspace", json={"settings": {"note": "a\u0000b"}})
+    assert error_of(patched, 422)["code"] == "invalid_input"
+    assert api.admin.call("GET", "/v1/workspace")["settings"] == {}

@@ -106,6 +106,13 @@ def register(app: APIGatewayHttpResolver) -> None:
             {"errors": problems},
         )
 
+    @app.exception_handler(psycopg.DataError)
+    def unstorable(error: psycopg.DataError) -> Response[str]:
+        # A backstop for values no domain check caught (NUL characters, huge numbers).
+        return error_response(
+            HTTPStatus.UNPROCESSABLE_ENTITY, "invalid_input", f"a value cannot be stored: {error}"
+        )
+
     @app.exception_handler(psycopg.OperationalError)
     def database_down(error: psycopg.OperationalError) -> Response[str]:
         logger.exception("database unavailable")
