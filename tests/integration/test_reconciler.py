@@ -145,7 +145,8 @@ def test_a_moved_row_fires_at_its_new_time_and_the_old_one_never(
     assert after["status"] == "published"
     assert after["rescheduled_from"] == old["id"]
     assert after["publish_at"] == second
-    assert second <= after["finished_at"] < second + timedelta(seconds=1)
+    # fired at its time, not before (the bound after allows for a busy test machine)
+    assert second <= after["finished_at"] < second + timedelta(seconds=2)
 
 
 def test_a_workspace_zone_change_moves_the_rows_that_follow_it(conn, workspace, settings, tomorrow):
