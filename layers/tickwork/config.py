@@ -87,6 +87,14 @@ class Settings(BaseModel):
     # refused as not yet due.
     clock_skew_tolerance_seconds: float = Field(default=0.5, ge=0)
 
+    # Reconciler (schedule intents -> scheduled_actions).
+    # Age gate: a row younger than this is never cancelled by the reconciler.
+    reconcile_min_age_seconds: int = Field(default=120, ge=0)
+    # Intents that still have live rows are looked at again this often, changed or not.
+    reconcile_sweep_seconds: int = Field(default=3600, gt=0)
+    reconcile_batch_size: int = Field(default=500, gt=0)
+    reconcile_budget_seconds: float = Field(default=40.0, gt=0)
+
     # action_type -> SQS queue URL (AWS); the local runtime uses its in-process queue.
     queue_urls: dict[str, str] = Field(default_factory=dict)
 
