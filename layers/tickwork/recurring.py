@@ -17,6 +17,11 @@ published, failed and cancelled rows stay as history. Run-now is a one-off row (
 Each function that changes a schedule holds its row lock for the whole change, so an edit,
 a pause and an expansion of one schedule never interleave, and every status change is one
 conditional UPDATE naming the status it expects.
+
+`queues`: given, the rows a call creates that are due within the tick's look-ahead are
+handed to their queue when the call returns. Pass it only when the call is not inside a
+transaction of the caller's (the rows must be committed first); otherwise hand
+`ScheduleResult.created` to `tick.enqueue_soon` after committing.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from tickwork.recurrence import (
 )
 from tickwork.runtime import Runtime
 from tickwork.sql import query
+from tickwork.tick import enqueue_soon
 from tickwork.wallclock import require_aware, utcnow, zone
 
 ScheduleStatus = Literal["active", "paused", "ended"]
@@ -399,11 +405,10 @@ def _materialize(
 def _enqueue(
     conn: Connection, queues: QueuePort | None, ids: Sequence[UUID], settings: Settings
 ) -> None:
-    """Hand rows due within the tick's look-ahead to their queue now (after commit), so an
-    occurrence minutes away fires on time rather than at the next tick."""
+    """Hand rows due within the tick's look-ahead to their queue now, so an occurrence
+    minutes away fires on time rather than at the next tick. Only after the rows are
+    committed: a dispatcher must be able to see them."""
     if queues is not None and ids:
-        from tickwork.tick import enqueue_soon
-
         enqueue_soon(conn, queues, ids, settings)
 
 
