@@ -301,6 +301,9 @@ def _integrity_errors() -> Iterator[None]:
         raise InputError(
             f"the schedule breaks a rule: {exc.diag.constraint_name or exc.diag.message_primary}"
         ) from exc
+    except psycopg.DataError as exc:
+        # Values Postgres cannot store: NUL characters in text or JSON, out-of-range numbers.
+        raise InputError(f"a value cannot be stored: {exc}") from exc
 
 
 def _fetch(conn: Connection, sql: LiteralString, params: dict[str, Any]) -> Schedule | None:

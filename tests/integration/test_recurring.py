@@ -174,6 +174,13 @@ def test_bad_input_is_refused_and_nothing_is_written(conn, workspace, settings, 
     assert count(conn, "actions") == 0
 
 
+def test_a_payload_postgres_cannot_store_is_refused(conn, workspace, settings):
+    new = new_schedule(payload={"text": "nul \u0000 inside"})
+    with pytest.raises(InputError, match="cannot be stored"):
+        recurring.create_schedule(conn, workspace, new, settings, at("2026-03-01T00:00"))
+    assert count(conn, "schedules") == 0
+
+
 def test_a_missing_workspace_is_not_found(conn, settings):
     with pytest.raises(NotFoundError, match="workspace"):
         recurring.create_schedule(conn, uuid4(), new_schedule(), settings, at("2026-03-01T00:00"))
