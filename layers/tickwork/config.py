@@ -95,6 +95,20 @@ class Settings(BaseModel):
     reconcile_batch_size: int = Field(default=500, gt=0)
     reconcile_budget_seconds: float = Field(default=40.0, gt=0)
 
+    # Recurring schedules. The expander keeps occurrences materialized this far ahead.
+    recurring_window_days: int = Field(default=14, ge=1, le=90)
+    # Rules that fire more often than this (between two consecutive occurrences) are refused.
+    recurring_min_interval_seconds: int = Field(default=300, ge=1)
+    # Defaults of new schedules: how late a missed occurrence may still fire, and how many
+    # failed occurrences in a row pause the schedule.
+    recurring_catch_up_seconds: int = Field(default=3600, ge=0, le=86400)
+    recurring_max_failures: int = Field(default=5, ge=1, le=1000)
+    # How far in the past a schedule's dtstart may be.
+    recurring_max_past_days: int = Field(default=366, ge=0)
+    # Schedule ids read per batch, and how long one expander run keeps going.
+    expander_batch_size: int = Field(default=100, gt=0)
+    expander_budget_seconds: float = Field(default=240.0, gt=0)
+
     # action_type -> SQS queue URL (AWS); the local runtime uses its in-process queue.
     queue_urls: dict[str, str] = Field(default_factory=dict)
 

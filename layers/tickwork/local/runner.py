@@ -1,6 +1,7 @@
 """The local runtime: Tickwork whole in one process, through the same handlers Lambda runs.
 
 - the tick handler on a timer (and at once when poked);
+- the expander handler on its own timer (hourly), for recurring schedules;
 - one in-process queue per action type, with delay, visibility timeout and redrive;
 - dispatcher workers that receive batches and call the dispatcher handler with
   Lambda-shaped SQS events, deleting what it did not report as failed;
@@ -40,6 +41,7 @@ DEV_WEBHOOK_SECRET = (
 
 DISPATCHER_TIMEOUT_SECONDS = 60.0
 TICK_TIMEOUT_SECONDS = 60.0
+EXPANDER_TIMEOUT_SECONDS = 300.0
 
 
 def quiet_powertools() -> None:
@@ -90,6 +92,7 @@ class LocalRuntime:
         settings: Settings,
         *,
         tick_interval: float = 60.0,
+        expander_interval: float = 3600.0,
         batch_size: int = 10,
         workers_per_type: int = 2,
         visibility_timeout: float = 6 * DISPATCHER_TIMEOUT_SECONDS,
@@ -101,6 +104,7 @@ class LocalRuntime:
     ) -> None:
         self.database_url = database_url
         self.tick_interval = tick_interval
+        self.expander_interval = expander_interval
         self.batch_size = batch_size
         self.workers_per_type = workers_per_type
         self.receiver = WebhookReceiver(
@@ -126,18 +130,21 @@ class LocalRuntime:
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
         self.ticks: list[dict[str, Any]] = []
+        self.expansions: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> LocalRuntime:
         quiet_powertools()
         migrate.migrate(self.database_url)
-        # Load both handlers before anything runs, as a warm Lambda would have them.
+        # Load the handlers before anything runs, as a warm Lambda would have them.
         handlers.load("tick")
         handlers.load("dispatcher")
+        handlers.load("expander")
         runtime.install(self.runtime)
         self.receiver.start()
         self.api.start()
         self._spawn("tick", self._tick_loop)
+        self._spawn("expander", self._expander_loop)
         for action_type in self.settings.action_types:
             for worker in range(self.workers_per_type):
                 self._spawn(f"dispatch-{action_type}-{worker}", self._poll, action_type)
@@ -175,6 +182,16 @@ class LocalRuntime:
                 log.exception("tick failed")
             self._wake.wait(self.tick_interval)
             self._wake.clear()
+
+    def _expander_loop(self) -> None:
+        handler = handlers.load("expander")
+        while not self._stop.is_set():
+            try:
+                context = handlers.LocalContext("expander", EXPANDER_TIMEOUT_SECONDS)
+                self.expansions.append(handler({"source": "aws.events"}, context))
+            except Exception:
+                log.exception("expander failed")
+            self._stop.wait(self.expander_interval)
 
     def _poll(self, action_type: str) -> None:
         handler = handlers.load("dispatcher")

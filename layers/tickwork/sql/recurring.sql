@@ -1,0 +1,141 @@
+-- Queries over recurring_schedules and the scheduled_actions rows they make. Every status
+-- change names the status it expects; callers hold the schedule's row lock, so a schedule's
+-- edit, pause and expansion never interleave.
+
+-- name: insert_schedule
+insert into recurring_schedules (
+    workspace_id, created_by, action_type, target_key, thing_id, payload_template, rrule,
+    dtstart, timezone, until, last_materialized_through, max_failures_before_pause,
+    catch_up_window_seconds
+) values (
+    %(workspace_id)s, %(created_by)s, %(action_type)s, %(target_key)s, %(thing_id)s,
+    %(payload_template)s, %(rrule)s, %(dtstart)s, %(timezone)s, %(until)s,
+    %(last_materialized_through)s, %(max_failures_before_pause)s, %(catch_up_window_seconds)s
+)
+returning *
+
+-- name: get_schedule
+select * from recurring_schedules
+where id = %(id)s and workspace_id = %(workspace_id)s
+
+-- name: lock_schedule
+select * from recurring_schedules
+where id = %(id)s and workspace_id = %(workspace_id)s
+for update
+
+-- name: list_schedules
+-- Keyset pagination in (created_at, id) order.
+select * from recurring_schedules
+where workspace_id = %(workspace_id)s
+  and (%(status)s::text is null or status = %(status)s)
+  and (%(action_type)s::text is null or action_type = %(action_type)s)
+  and (%(after_created_at)s::timestamptz is null
+       or (created_at, id) > (%(after_created_at)s, %(after_id)s::uuid))
+order by created_at, id
+limit %(limit)s
+
+-- name: update_schedule_definition
+-- An edit. The status is unchanged; the definition and the expansion state are replaced.
+update recurring_schedules
+set target_key = %(target_key)s, thing_id = %(thing_id)s,
+    payload_template = %(payload_template)s, rrule = %(rrule)s, dtstart = %(dtstart)s,
+    timezone = %(timezone)s, until = %(until)s,
+    max_failures_before_pause = %(max_failures_before_pause)s,
+    catch_up_window_seconds = %(catch_up_window_seconds)s,
+    last_materialized_through = %(last_materialized_through)s,
+    expansion_anchor = %(expansion_anchor)s,
+    revision = revision + 1
+where id = %(id)s and status = %(expected_status)s
+returning *
+
+-- name: record_expansion
+-- After an expansion: materialized (or skipped) up to the new instant.
+update recurring_schedules
+set last_materialized_through = %(through)s,
+    expansion_anchor = %(anchor)s,
+    skipped_occurrences = skipped_occurrences + %(skipped)s
+where id = %(id)s and status = 'active'
+  and last_materialized_through = %(expected_through)s
+returning *
+
+-- name: pause_schedule
+-- active -> paused. Nothing is materialized past the pause, so a resume catches up from it.
+update recurring_schedules
+set status = 'paused', paused_reason = %(reason)s, paused_at = %(now)s,
+    last_materialized_through = least(last_materialized_through, %(now)s)
+where id = %(id)s and status = 'active'
+returning *
+
+-- name: resume_schedule
+-- paused -> active, with a fresh failure count.
+update recurring_schedules
+set status = 'active', paused_reason = null, paused_at = null, consecutive_failures = 0
+where id = %(id)s and status = 'paused'
+returning *
+
+-- name: end_schedule
+-- active | paused -> ended (the caller names which).
+update recurring_schedules
+set status = 'ended', ended_reason = %(reason)s, ended_at = %(now)s,
+    paused_reason = null, paused_at = null,
+    last_materialized_through = least(last_materialized_through, %(now)s)
+where id = %(id)s and status = %(expected_status)s
+returning *
+
+-- name: cancel_future_occurrences
+-- queued -> cancelled for a schedule's occurrences after `now` (an edit). A past
+-- occurrence still being retried keeps going; run-now rows are one-offs and stay.
+update scheduled_actions
+set status = 'cancelled', finished_at = now()
+where recurring_schedule_id = %(id)s
+  and source = 'recurring'
+  and status = 'queued'
+  and publish_at > %(now)s
+returning id
+
+-- name: cancel_undue_rows
+-- queued -> cancelled for every row of a schedule not yet due, retries included (pause,
+-- end). Rows already due are left to fire: they may be in a dispatcher's hands, and the
+-- tick's expiry works on them (never the same rows, so the two cannot deadlock).
+update scheduled_actions
+set status = 'cancelled', finished_at = now()
+where recurring_schedule_id = %(id)s
+  and source = 'recurring'
+  and status = 'queued'
+  and coalesce(next_attempt_at, publish_at) > %(now)s
+returning id
+
+-- name: insert_occurrences
+-- One row per instant, from the locked schedule's template. An instant that already has
+-- a live row is dropped alone (ON CONFLICT on the partial unique index), the rest go in.
+insert into scheduled_actions (
+    workspace_id, created_by, action_type, thing_id, target_key, payload, publish_at,
+    source, recurring_schedule_id
+)
+select s.workspace_id, s.created_by, s.action_type, s.thing_id, s.target_key,
+       s.payload_template, o.publish_at, 'recurring', s.id
+from recurring_schedules s
+cross join unnest(%(publish_ats)s::timestamptz[]) as o (publish_at)
+where s.id = %(id)s
+on conflict (recurring_schedule_id, publish_at)
+    where recurring_schedule_id is not null and source = 'recurring' and status <> 'cancelled'
+    do nothing
+returning id
+
+-- name: schedules_to_expand
+-- The expander's next batch of ids: active schedules not yet materialized through the
+-- horizon, least recently expanded first; ids already handled in this run are left out.
+select id from recurring_schedules
+where status = 'active'
+  and last_materialized_through < %(horizon)s
+  and id <> all(%(exclude)s::uuid[])
+order by last_materialized_through, id
+limit %(batch_size)s
+
+-- name: lock_schedule_to_expand
+-- One schedule of the batch, if it still needs expanding and nobody holds it (another
+-- expander, or a user's edit in progress: SKIP LOCKED). The lock lasts one schedule's
+-- expansion, so a dispatcher recording an outcome for it never waits long.
+select * from recurring_schedules
+where id = %(id)s and status = 'active' and last_materialized_through < %(horizon)s
+for update skip locked
