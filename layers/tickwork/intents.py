@@ -285,6 +285,13 @@ def _database_rules() -> Iterator[None]:
     """The database's own checks, should they ever disagree with ours, as domain errors."""
     try:
         yield
+    except psycopg.errors.UniqueViolation as exc:
+        if exc.diag.constraint_name != "ux_schedule_intents_thing":
+            raise
+        # Thing ids are unique across workspaces: this one is another workspace's thing.
+        raise NotFoundError(
+            "this thing is not this workspace's: thing ids are unique across workspaces"
+        ) from exc
     except psycopg.errors.InvalidParameterValue as exc:  # tickwork_check_timezone
         raise InvalidTimezoneError(exc.diag.message_primary or "unknown time zone") from exc
     except psycopg.errors.CheckViolation as exc:

@@ -222,16 +222,17 @@ def test_another_workspaces_thing_is_invisible_and_untouchable(conn, workspace, 
     # Given workspace A's intent for post-1
     theirs = declare(conn, workspace, settings, wall_date=tomorrow, wall_time="09:00")
     other = make_workspace(conn, "Other", "Europe/Berlin")
-    # When workspace B asks for it, or unschedules it
+    rows_before = count(conn, "scheduled_actions")
+    # When workspace B asks for it, unschedules it, or declares an intent for it
     assert intents.get_intent(conn, other, "post-1") is None
     with pytest.raises(NotFoundError):
         intents.unschedule_intent(conn, other, "post-1", settings)
-    # and declares an intent under the same thing id
-    mine = declare(conn, other, settings, targets=("facebook",), wall_date=tomorrow,
-                   wall_time="11:00")  # fmt: skip
-    # Then B got a thing of its own; A's intent and rows are exactly as they were
-    assert mine.created
-    assert [(a.workspace_id, a.target_key) for a in mine.actions] == [(other, "facebook")]
+    with pytest.raises(NotFoundError, match="not this workspace's"):
+        declare(conn, other, settings, targets=("facebook",), wall_date=tomorrow,
+                wall_time="11:00")  # fmt: skip
+    # Then nothing was written, and A's intent and rows are exactly as they were
+    assert count(conn, "schedule_intents") == 1
+    assert count(conn, "scheduled_actions") == rows_before
     still = intents.get_intent(conn, workspace, "post-1")
     assert still is not None
     assert still.intent == theirs.intent

@@ -270,6 +270,30 @@ def test_a_user_cancelled_target_is_not_brought_back(conn, workspace, settings, 
     assert [r["status"] for r in rows_of(conn, "post-1", "facebook")] == ["cancelled"]
 
 
+def test_a_recurring_schedule_naming_the_thing_is_not_the_intents_history(
+    conn, workspace, settings, tomorrow
+):
+    # Given a weekly schedule that posts the same thing on instagram and has published once
+    from tickwork.recurring import NewSchedule, create_schedule
+
+    weekly = create_schedule(
+        conn, workspace,
+        NewSchedule("publish_post", "instagram", "FREQ=WEEKLY", "UTC", thing_id="post-1"),
+        settings, utcnow(),
+    )  # fmt: skip
+    first = weekly.created[0]
+    assert actions.claim(conn, "publish_post", [first], early_tolerance=10**7)
+    actions.finalize(conn, [actions.published(first, "p1")])
+    # When the app declares an intent for that thing on all three platforms
+    result = declare(conn, workspace, settings, wall_date=tomorrow, wall_time="09:00")
+    # Then instagram is scheduled too: the schedule's occurrences are neither the intent's
+    # history nor its rows
+    assert result.reconciled.inserted == 3
+    assert result.reconciled.skipped == dict.fromkeys(result.reconciled.skipped, 0)
+    assert sorted(a.target_key for a in result.active) == sorted(SOCIAL)
+    assert all(a.recurring_schedule_id is None for a in result.actions)
+
+
 def test_an_unscheduled_then_rescheduled_intent_schedules_its_targets_again(
     conn, workspace, settings, tomorrow
 ):

@@ -36,9 +36,12 @@ for update skip locked
 select now() as now, timezone from workspaces where id = %(workspace_id)s
 
 -- name: thing_actions
--- Every row of a thing, any status and any source: the gates read all of them.
+-- Every row of a thing, any status and any source, for the gates to read; but not the
+-- occurrences of a recurring schedule naming the same thing: those are the schedule's
+-- history, outside the one-active-row and publish-guard rules, and not the intent's.
 select * from scheduled_actions
 where workspace_id = %(workspace_id)s and thing_id = %(thing_id)s
+  and recurring_schedule_id is null
 order by created_at, id
 
 -- name: cancel_for_intent
