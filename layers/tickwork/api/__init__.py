@@ -12,7 +12,7 @@ from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork import __version__
-from tickwork.api import actions, errors, workspace
+from tickwork.api import actions, errors, intents, workspace
 from tickwork.api.scope import tenancy
 
 MAX_BODY_BYTES = 256 * 1024
@@ -28,6 +28,7 @@ def build() -> APIGatewayHttpResolver:
     app.use([tenancy])
     app.include_router(actions.router)
     app.include_router(workspace.router)
+    app.include_router(intents.router)
     errors.register(app)
     return app
 

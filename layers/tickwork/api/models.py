@@ -167,3 +167,41 @@ def responses(status: int, model: type[BaseModel], description: str) -> dict[int
             "content": {"application/json": {"model": ErrorBody}},
         }
     return documented
+
+
+class IntentIn(When):
+    """What the app wants for one of its things: the targets, when (an instant, or a wall
+    time in a zone, or in the workspace's zone, followed when it changes) and the payload."""
+
+    action_type: str = Field(min_length=1, max_length=63, examples=["publish_post"])
+    targets: list[str] = Field(min_length=1, max_length=100, examples=[["instagram"]])
+    payload: dict[str, Any] = Field(default_factory=dict)
+    state: Literal["scheduled", "unscheduled"] = "scheduled"
+
+
+class ReconcileOut(BaseModel):
+    inserted: int
+    moved: int
+    cancelled: int
+    skipped: dict[str, int] = Field(description="rows left alone, by the gate that held them")
+    conflicts: int
+
+
+class IntentOut(BaseModel):
+    thing_id: str
+    action_type: str
+    targets: list[str]
+    state: Literal["scheduled", "unscheduled"]
+    date: str | None
+    time: str | None
+    timezone: str | None = Field(description="null: the workspace's zone")
+    publish_at: datetime | None = Field(description="the instant asked for, if one was")
+    resolved_at: datetime | None = Field(description="the instant the intent means now, UTC")
+    resolved_at_local: str | None
+    payload: dict[str, Any]
+    version: int
+    updated_at: datetime
+    actions: list[ActionOut] = Field(description="every action of the thing, oldest first")
+    reconciled: ReconcileOut | None = Field(
+        default=None, description="what reconciling did, on a write"
+    )

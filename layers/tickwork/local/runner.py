@@ -1,7 +1,7 @@
 """The local runtime: Tickwork whole in one process, through the same handlers Lambda runs.
 
-- the tick handler on a timer (and at once when poked);
-- the expander handler on its own timer (hourly), for recurring schedules;
+- the tick and reconciler (every minute) and expander (hourly) handlers on timers, as
+  EventBridge rules run them;
 - one in-process queue per action type, with delay, visibility timeout and redrive;
 - dispatcher workers that receive batches and call the dispatcher handler with
   Lambda-shaped SQS events, deleting what it did not report as failed;
@@ -42,6 +42,7 @@ DEV_WEBHOOK_SECRET = (
 DISPATCHER_TIMEOUT_SECONDS = 60.0
 TICK_TIMEOUT_SECONDS = 60.0
 EXPANDER_TIMEOUT_SECONDS = 300.0
+RECONCILER_TIMEOUT_SECONDS = 60.0
 
 
 def quiet_powertools() -> None:
@@ -61,7 +62,13 @@ def dev_action_types(receiver_url: str) -> dict[str, ActionTypeConfig]:
             targets=frozenset({"primary"}),
             options={"endpoints": {"primary": {"url": receiver_url, "secret": DEV_WEBHOOK_SECRET}}},
         ),
-        "log": ActionTypeConfig(provider="log"),
+        "log": ActionTypeConfig(provider="log", options={"echo": True}),
+        # Social posts, printed instead of posted: for trying schedule intents locally.
+        "publish_post": ActionTypeConfig(
+            provider="log",
+            targets=frozenset({"instagram", "facebook", "linkedin"}),
+            options={"echo": True},
+        ),
     }
 
 
@@ -93,6 +100,7 @@ class LocalRuntime:
         *,
         tick_interval: float = 60.0,
         expander_interval: float = 3600.0,
+        reconciler_interval: float = 60.0,
         batch_size: int = 10,
         workers_per_type: int = 2,
         visibility_timeout: float = 6 * DISPATCHER_TIMEOUT_SECONDS,
@@ -105,6 +113,7 @@ class LocalRuntime:
         self.database_url = database_url
         self.tick_interval = tick_interval
         self.expander_interval = expander_interval
+        self.reconciler_interval = reconciler_interval
         self.batch_size = batch_size
         self.workers_per_type = workers_per_type
         self.receiver = WebhookReceiver(
@@ -127,24 +136,28 @@ class LocalRuntime:
         self.jwt = jwt or LocalJwt()
         self.api = ApiServer(handlers.load("api"), self.jwt, port=api_port)
         self._stop = threading.Event()
-        self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
+        # What each cron run returned, for tests and the benchmark.
         self.ticks: list[dict[str, Any]] = []
         self.expansions: list[dict[str, Any]] = []
+        self.reconciliations: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> LocalRuntime:
         quiet_powertools()
         migrate.migrate(self.database_url)
         # Load the handlers before anything runs, as a warm Lambda would have them.
-        handlers.load("tick")
-        handlers.load("dispatcher")
-        handlers.load("expander")
+        for name in ("tick", "dispatcher", "expander", "reconciler"):
+            handlers.load(name)
         runtime.install(self.runtime)
         self.receiver.start()
         self.api.start()
-        self._spawn("tick", self._tick_loop)
-        self._spawn("expander", self._expander_loop)
+        self._spawn("tick", self._cron, "tick", self.tick_interval, TICK_TIMEOUT_SECONDS,
+                    self.ticks)  # fmt: skip
+        self._spawn("expander", self._cron, "expander", self.expander_interval,
+                    EXPANDER_TIMEOUT_SECONDS, self.expansions)  # fmt: skip
+        self._spawn("reconciler", self._cron, "reconciler", self.reconciler_interval,
+                    RECONCILER_TIMEOUT_SECONDS, self.reconciliations)  # fmt: skip
         for action_type in self.settings.action_types:
             for worker in range(self.workers_per_type):
                 self._spawn(f"dispatch-{action_type}-{worker}", self._poll, action_type)
@@ -152,7 +165,6 @@ class LocalRuntime:
 
     def stop(self) -> None:
         self._stop.set()
-        self._wake.set()
         for thread in self._threads:
             thread.join(timeout=DISPATCHER_TIMEOUT_SECONDS)
         self.receiver.stop()
@@ -172,26 +184,19 @@ class LocalRuntime:
         self._threads.append(thread)
 
     # -------------------------------------------------------------------- workers
-    def _tick_loop(self) -> None:
-        handler = handlers.load("tick")
+    def _cron(
+        self, name: str, interval: float, timeout: float, results: list[dict[str, Any]]
+    ) -> None:
+        """Run a scheduled handler now and then every `interval`, as EventBridge would."""
+        handler = handlers.load(name)
         while not self._stop.is_set():
             try:
-                summary = handler({"source": "aws.events"}, handlers.LocalContext("tick"))
-                self.ticks.append(summary)
+                results.append(
+                    handler({"source": "aws.events"}, handlers.LocalContext(name, timeout))
+                )
             except Exception:
-                log.exception("tick failed")
-            self._wake.wait(self.tick_interval)
-            self._wake.clear()
-
-    def _expander_loop(self) -> None:
-        handler = handlers.load("expander")
-        while not self._stop.is_set():
-            try:
-                context = handlers.LocalContext("expander", EXPANDER_TIMEOUT_SECONDS)
-                self.expansions.append(handler({"source": "aws.events"}, context))
-            except Exception:
-                log.exception("expander failed")
-            self._stop.wait(self.expander_interval)
+                log.exception("%s failed", name)
+            self._stop.wait(interval)
 
     def _poll(self, action_type: str) -> None:
         handler = handlers.load("dispatcher")

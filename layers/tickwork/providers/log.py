@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -27,6 +28,8 @@ class LogProvider:
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.quiet = bool((options or {}).get("quiet", False))
+        # The local runtime prints each delivery as a line, as its webhook receiver does.
+        self.echo = bool((options or {}).get("echo", False))
         self.deliveries: list[Delivery] = []
         self._lock = threading.Lock()
 
@@ -34,7 +37,16 @@ class LogProvider:
         called_at = time.time()
         with self._lock:
             self.deliveries.append(Delivery(action.id, called_at, action.due_at.timestamp()))
-        if not self.quiet:
+        if self.echo:
+            late_ms = (called_at - action.due_at.timestamp()) * 1000
+            clock = datetime.fromtimestamp(called_at).strftime("%H:%M:%S.%f")[:-3]
+            due = action.due_at.strftime("%H:%M:%S.%f")[:-3]
+            print(
+                f"{clock}  {action.action_type} {str(action.id)[:8]}  {action.target_key}"
+                f"  thing={action.thing_id or '-'}  due {due}  sent {late_ms:+.0f} ms",
+                flush=True,
+            )
+        elif not self.quiet:
             logger.info(
                 "delivered",
                 extra={"action_id": str(action.id), "action_type": action.action_type,
