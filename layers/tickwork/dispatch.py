@@ -31,7 +31,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from tickwork import actions
 from tickwork.actions import Action, Finalization
 from tickwork.config import ActionTypeConfig, Settings
-from tickwork.observability import logger, metrics, metrics_enabled
+from tickwork.observability import emit, logger, metrics, metrics_enabled
 from tickwork.providers.base import (
     Ambiguous,
     Delivered,
@@ -305,21 +305,23 @@ class Dispatcher:
 
 
 def emit_metrics(summary: DispatchSummary) -> None:
-    if not metrics_enabled():
-        return
-    metrics.add_metric(name="DispatchClaimed", unit=MetricUnit.Count, value=summary.claimed)
-    metrics.add_metric(name="DispatchSkipped", unit=MetricUnit.Count, value=summary.skipped)
-    metrics.add_metric(name="Published", unit=MetricUnit.Count, value=summary.published)
-    metrics.add_metric(name="Requeued", unit=MetricUnit.Count, value=summary.requeued)
-    metrics.add_metric(name="Reverted", unit=MetricUnit.Count, value=summary.reverted)
-    metrics.add_metric(name="Paused", unit=MetricUnit.Count, value=summary.paused)
-    metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=sum(summary.failed.values()))
-    for code, count in summary.failed.items():
-        metrics.add_metric(name=f"Failed_{code}", unit=MetricUnit.Count, value=count)
-    for lag in summary.lags[:100]:  # EMF keeps at most 100 values per metric per record
-        metrics.add_metric(
-            name="DispatchLag", unit=MetricUnit.Milliseconds, value=round(lag * 1000, 1)
-        )
+    emit(
+        {
+            "DispatchClaimed": summary.claimed,
+            "DispatchSkipped": summary.skipped,
+            "Published": summary.published,
+            "Requeued": summary.requeued,
+            "Reverted": summary.reverted,
+            "Paused": summary.paused,
+            "Failed": sum(summary.failed.values()),
+        },
+        by=("FailedByCode", "error_code", summary.failed),
+    )
+    if metrics_enabled():
+        for lag in summary.lags[:100]:  # EMF keeps at most 100 values per metric per record
+            metrics.add_metric(
+                name="DispatchLag", unit=MetricUnit.Milliseconds, value=round(lag * 1000, 1)
+            )
 
 
 _processor = BatchProcessor(event_type=EventType.SQS)

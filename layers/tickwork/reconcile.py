@@ -40,7 +40,6 @@ from typing import Any, Literal
 from uuid import UUID
 
 import psycopg
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from psycopg import pq
 from psycopg.rows import dict_row
@@ -50,7 +49,7 @@ from tickwork.actions import ACTIVE, Action, NewAction, action_from_row
 from tickwork.config import Settings
 from tickwork.db import Connection
 from tickwork.errors import ConflictError, InputError, UnknownActionTypeError
-from tickwork.observability import NAMESPACE, logger, metrics, metrics_enabled
+from tickwork.observability import emit, logger, run_budget
 from tickwork.queues.port import QueuePort
 from tickwork.runtime import Runtime
 from tickwork.sql import query
@@ -570,28 +569,20 @@ def reconcile_changed(
 
 
 def emit_metrics(summary: ReconcileSummary) -> None:
-    if not metrics_enabled():
-        return
-    counts = {
-        "ReconcileIntents": summary.intents,
-        "ReconcileInserted": summary.inserted,
-        "ReconcileMoved": summary.moved,
-        "ReconcileCancelled": summary.cancelled,
-        "ReconcileConflicts": summary.conflicts,
-        "ReconcileInvalid": summary.invalid,
-        "ReconcileBusy": summary.busy,
-        "ReconcileErrors": summary.errors,
-    }
-    for name, value in counts.items():
-        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
-    metrics.add_metric(
-        name="ReconcileElapsed", unit=MetricUnit.Seconds, value=round(summary.elapsed_seconds, 3)
+    emit(
+        {
+            "ReconcileIntents": summary.intents,
+            "ReconcileInserted": summary.inserted,
+            "ReconcileMoved": summary.moved,
+            "ReconcileCancelled": summary.cancelled,
+            "ReconcileConflicts": summary.conflicts,
+            "ReconcileInvalid": summary.invalid,
+            "ReconcileBusy": summary.busy,
+            "ReconcileErrors": summary.errors,
+        },
+        seconds={"ReconcileElapsed": summary.elapsed_seconds},
+        by=("ReconcileSkipped", "gate", {str(gate): n for gate, n in summary.skipped.items()}),
     )
-    for gate, count in summary.skipped.items():
-        with single_metric(
-            name="ReconcileSkipped", unit=MetricUnit.Count, value=count, namespace=NAMESPACE
-        ) as metric:
-            metric.add_dimension(name="gate", value=gate)
 
 
 # Left for the Lambda to return its summary and flush metrics after the budget ends.
@@ -599,8 +590,9 @@ RECONCILE_MARGIN_SECONDS = 5.0
 
 
 def handle_reconcile(context: LambdaContext, runtime: Runtime) -> dict[str, Any]:
-    remaining = context.get_remaining_time_in_millis() / 1000 - RECONCILE_MARGIN_SECONDS
-    budget = max(1.0, min(runtime.settings.reconcile_budget_seconds, remaining))
+    budget = run_budget(
+        context, runtime.settings.reconcile_budget_seconds, RECONCILE_MARGIN_SECONDS
+    )
     summary = reconcile_changed(
         runtime.db.connection(), runtime.settings, queues=runtime.queues, budget_seconds=budget
     )

@@ -36,7 +36,6 @@ from typing import Any, Final, Literal, LiteralString, NamedTuple, TypeVar
 from uuid import UUID
 
 import psycopg
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -46,7 +45,7 @@ from tickwork.actions import Action, NewAction
 from tickwork.config import Settings
 from tickwork.db import Connection
 from tickwork.errors import ConflictError, InputError, NotFoundError
-from tickwork.observability import logger, metrics, metrics_enabled
+from tickwork.observability import emit, logger, run_budget
 from tickwork.queues.port import QueuePort
 from tickwork.recurrence import (
     EXPANSION_BUDGET,
@@ -840,21 +839,17 @@ def expand_all(
 
 
 def emit_metrics(summary: ExpandSummary) -> None:
-    if not metrics_enabled():
-        return
-    values = {
-        "ExpanderSchedules": summary.schedules,
-        "ExpanderCreated": summary.created,
-        "ExpanderSkipped": summary.skipped,
-        "ExpanderConflicts": summary.conflicts,
-        "ExpanderEnded": summary.ended,
-        "ExpanderPaused": summary.paused,
-        "ExpanderErrors": summary.errors,
-    }
-    for name, value in values.items():
-        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
-    metrics.add_metric(
-        name="ExpanderElapsed", unit=MetricUnit.Seconds, value=round(summary.elapsed_seconds, 3)
+    emit(
+        {
+            "ExpanderSchedules": summary.schedules,
+            "ExpanderCreated": summary.created,
+            "ExpanderSkipped": summary.skipped,
+            "ExpanderConflicts": summary.conflicts,
+            "ExpanderEnded": summary.ended,
+            "ExpanderPaused": summary.paused,
+            "ExpanderErrors": summary.errors,
+        },
+        seconds={"ExpanderElapsed": summary.elapsed_seconds},
     )
 
 
@@ -863,8 +858,7 @@ EXPANDER_MARGIN_SECONDS = 10.0
 
 
 def handle_expand(context: LambdaContext, runtime: Runtime) -> dict[str, Any]:
-    remaining = context.get_remaining_time_in_millis() / 1000 - EXPANDER_MARGIN_SECONDS
-    budget = max(1.0, min(runtime.settings.expander_budget_seconds, remaining))
+    budget = run_budget(context, runtime.settings.expander_budget_seconds, EXPANDER_MARGIN_SECONDS)
     summary = expand_all(
         runtime.db.connection(), runtime.settings, queues=runtime.queues, budget_seconds=budget
     )

@@ -17,12 +17,11 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork.config import Settings
 from tickwork.db import Connection
-from tickwork.observability import NAMESPACE, logger, metrics, metrics_enabled
+from tickwork.observability import emit, logger, run_budget
 from tickwork.queues.port import OutgoingMessage, QueuePort
 from tickwork.runtime import Runtime
 from tickwork.sql import query
@@ -208,24 +207,18 @@ def run_tick(
 
 
 def emit_metrics(summary: TickSummary) -> None:
-    if not metrics_enabled():
-        return
-    metrics.add_metric(name="TickDue", unit=MetricUnit.Count, value=summary.due)
-    metrics.add_metric(
-        name="TickEnqueued", unit=MetricUnit.Count, value=sum(summary.enqueued.values())
+    emit(
+        {
+            "TickDue": summary.due,
+            "TickEnqueued": sum(summary.enqueued.values()),
+            "RecoveredStuck": summary.recovered,
+            "Expired": summary.expired,
+            "Redelivered": summary.redelivered,
+            "SendFailures": summary.send_failures,
+        },
+        seconds={"TickElapsed": summary.elapsed_seconds},
+        by=("Enqueued", "action_type", summary.enqueued),
     )
-    metrics.add_metric(name="RecoveredStuck", unit=MetricUnit.Count, value=summary.recovered)
-    metrics.add_metric(name="Expired", unit=MetricUnit.Count, value=summary.expired)
-    metrics.add_metric(name="Redelivered", unit=MetricUnit.Count, value=summary.redelivered)
-    metrics.add_metric(name="SendFailures", unit=MetricUnit.Count, value=summary.send_failures)
-    metrics.add_metric(
-        name="TickElapsed", unit=MetricUnit.Seconds, value=round(summary.elapsed_seconds, 3)
-    )
-    for action_type, count in summary.enqueued.items():
-        with single_metric(
-            name="Enqueued", unit=MetricUnit.Count, value=count, namespace=NAMESPACE
-        ) as metric:
-            metric.add_dimension(name="action_type", value=action_type)
 
 
 # Left for the Lambda to return its summary and flush metrics after the budget ends.
@@ -233,8 +226,7 @@ TICK_MARGIN_SECONDS = 5.0
 
 
 def handle_tick(context: LambdaContext, runtime: Runtime) -> dict[str, Any]:
-    remaining = context.get_remaining_time_in_millis() / 1000 - TICK_MARGIN_SECONDS
-    budget = max(1.0, min(runtime.settings.tick_budget_seconds, remaining))
+    budget = run_budget(context, runtime.settings.tick_budget_seconds, TICK_MARGIN_SECONDS)
     summary = run_tick(
         runtime.db.connection(), runtime.queues, runtime.settings, budget_seconds=budget
     )
