@@ -61,6 +61,21 @@ def _enqueue_after_commit(request: RequestScope, action: Action) -> None:
     request.after_commit.append(hand_over)
 
 
+def _move(
+    request: RequestScope, action_id: str, publish_at: datetime, verb: str, source: str | None
+) -> ActionOut:
+    """Cancel a queued action and schedule its replacement at `publish_at` (lineage kept)."""
+    key = _action_id(action_id)
+    transition, replacement = actions.reschedule(
+        request.conn, request.caller.workspace_id, key, publish_at, request.runtime.settings,
+        request.now, source=source, created_by=request.caller.user_id,
+    )  # fmt: skip
+    actions.expect(transition, key, verb, "queued")
+    assert replacement is not None
+    _enqueue_after_commit(request, replacement)
+    return _out(request, replacement)
+
+
 @router.post(
     "/v1/actions",
     summary="Schedule an action",
@@ -150,15 +165,7 @@ def cancel_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
 )
 def reschedule_action(action_id: str, body: Reschedule, workspace: WorkspaceHeader) -> ActionOut:
     request = scope(router)
-    key = _action_id(action_id)
-    transition, replacement = actions.reschedule(
-        request.conn, request.caller.workspace_id, key, _instant(request, body),
-        request.runtime.settings, request.now, created_by=request.caller.user_id,
-    )  # fmt: skip
-    actions.expect(transition, key, "rescheduled", "queued")
-    assert replacement is not None
-    _enqueue_after_commit(request, replacement)
-    return _out(request, replacement)
+    return _move(request, action_id, _instant(request, body), "rescheduled", source=None)
 
 
 @router.post(
@@ -168,15 +175,7 @@ def reschedule_action(action_id: str, body: Reschedule, workspace: WorkspaceHead
 )
 def send_now(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
     request = scope(router)
-    key = _action_id(action_id)
-    transition, replacement = actions.reschedule(
-        request.conn, request.caller.workspace_id, key, request.now, request.runtime.settings,
-        request.now, source="send_now", created_by=request.caller.user_id,
-    )  # fmt: skip
-    actions.expect(transition, key, "sent now", "queued")
-    assert replacement is not None
-    _enqueue_after_commit(request, replacement)
-    return _out(request, replacement)
+    return _move(request, action_id, request.now, "sent now", source="send_now")
 
 
 @router.post(
