@@ -453,12 +453,12 @@ class Rule:
 
     def walls_after(self, start: datetime, stop: datetime, count: int) -> list[datetime]:
         """Up to `count` wall times in [start, stop] (both wall times), not excluded."""
-        walls = (
-            wall
-            for wall, _ in self._walls(start, None)
-            if not self._excluded(Occurrence(local=wall, at=self.resolve(wall)))
-        )
-        return list(islice(takewhile(lambda wall: wall <= stop, walls), count))
+        if self.until is not None:
+            # Past `until` every wall is excluded: walking them up to `stop` finds nothing.
+            stop = min(stop, self.to_wall(self.until) + self.margin)
+        walls = takewhile(lambda wall: wall <= stop, (wall for wall, _ in self._walls(start, None)))
+        kept = (w for w in walls if not self._excluded(Occurrence(local=w, at=self.resolve(w))))
+        return list(islice(kept, count))
 
 
 # ------------------------------------------------------------------------------- budget

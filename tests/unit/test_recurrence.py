@@ -175,6 +175,17 @@ def test_the_schedule_until_stops_the_rule():
     assert recurrence.next_after(utc("2026-03-03T09:00")) is None
 
 
+def test_a_rule_with_a_schedule_until_passes_validation_at_once():
+    # Past `until` every occurrence is excluded: the floor check must stop there, not walk
+    # the endless rule to the year 9999 (which ran out the budget: "too costly").
+    until = NOW + timedelta(days=30)
+    found = validate(Recurrence("FREQ=DAILY", datetime(2026, 3, 2, 9), "UTC", until), NOW,
+                     min_interval_seconds=300, horizon_days=3650, max_past_days=366)  # fmt: skip
+    assert found.walls_after(found.dtstart, found.dtstart + timedelta(days=3650), 500) == [
+        datetime(2026, 3, 2, 9) + timedelta(days=n) for n in range(30)
+    ]
+
+
 # --------------------------------------------------------------------------------- limits
 
 NOW = utc("2026-03-01T12:00")
