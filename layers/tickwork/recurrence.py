@@ -40,6 +40,30 @@ FLOOR_SAMPLE = 500
 # order and instant order can disagree in a zone (see `_max_jump`).
 _JUMP_YEARS = (2000, 2100)
 
+# Dates and times anywhere in a rule (dtstart, until, UNTIL, EXDATE, RDATE) stay within
+# these years, so that moving them by a zone's offset or a day never leaves Python's range.
+YEARS = (1900, 8999)
+# The numeric RRULE parts and their ranges (RFC 5545 3.3.10; BYSECOND stops at 59 because
+# Python has no leap seconds, BYEASTER, dateutil's own, stays within Easter's year). Zero is
+# refused where negative values count from the end: it would select nothing.
+MAX_INTERVAL = 1_000_000
+_RANGES: dict[str, tuple[int, int]] = {
+    "INTERVAL": (1, MAX_INTERVAL),
+    "BYSECOND": (0, 59),
+    "BYMINUTE": (0, 59),
+    "BYHOUR": (0, 23),
+    "BYMONTH": (1, 12),
+    "BYMONTHDAY": (-31, 31),
+    "BYYEARDAY": (-366, 366),
+    "BYWEEKNO": (-53, 53),
+    "BYSETPOS": (-366, 366),
+    "BYEASTER": (-80, 250),
+}
+_NONZERO = frozenset({"BYMONTHDAY", "BYYEARDAY", "BYWEEKNO", "BYSETPOS"})
+_INTEGER = re.compile(r"^[+-]?\d{1,7}$")
+# What dateutil raises, building or iterating, on a rule it cannot evaluate.
+_DATEUTIL_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError)
+
 FIELD = "rrule"
 _DAY_PARTS = ("BYMONTH", "BYWEEKNO", "BYYEARDAY", "BYMONTHDAY", "BYDAY", "BYEASTER")
 _VALUE = re.compile(r"^(\d{4})(\d{2})(\d{2})(?:T(\d{2})(\d{2})(\d{2})(Z)?)?$")
@@ -130,6 +154,8 @@ def _parse_value(name: str, raw: str, params: dict[str, str]) -> _Value:
         clock = time(int(hour), int(minute), int(second)) if hour is not None else None
     except ValueError as exc:
         raise _refuse(f"{name} value {raw!r} is not a real date or time: {exc}") from exc
+    if not YEARS[0] <= day_value.year <= YEARS[1]:
+        raise _refuse(f"{name} value {raw!r} is out of range: years {YEARS[0]} to {YEARS[1]}")
     if params.get("VALUE") == "DATE" or clock is None:
         if clock is not None:
             raise _refuse(f"{name} value {raw!r} has a time but VALUE=DATE")
@@ -234,7 +260,33 @@ def _rule_parts(rule: str) -> dict[str, str]:
     count = parts.get("COUNT")
     if count is not None and not (count.isdigit() and 1 <= int(count) <= MAX_COUNT):
         raise _refuse(f"COUNT must be a whole number from 1 to {MAX_COUNT}")
+    _check_ranges(parts)
     return parts
+
+
+def _check_ranges(parts: dict[str, str]) -> None:
+    for key, (low, high) in _RANGES.items():
+        if key in parts:
+            _check_numbers(key, parts[key], low, high)
+    if "BYDAY" in parts:
+        for item in parts["BYDAY"].split(","):
+            match = _ORDINAL.match(item.strip())
+            if match is None:
+                raise _refuse(f"BYDAY value {item!r} is not a weekday such as MO or 1MO")
+            if match.group(1) is not None and not 1 <= abs(int(match.group(1))) <= 53:
+                raise _refuse(
+                    f"BYDAY value {item!r}: the ordinal must be from 1 to 53 (or -53 to -1)"
+                )
+
+
+def _check_numbers(key: str, value: str, low: int, high: int) -> None:
+    items = value.split(",") if key != "INTERVAL" else [value]
+    for raw in items:
+        item = raw.strip()
+        number = int(item) if _INTEGER.match(item) else None
+        if number is None or not low <= number <= high or (number == 0 and key in _NONZERO):
+            zero = ", not 0" if key in _NONZERO else ""
+            raise _refuse(f"{key} value {item!r} must be a whole number from {low} to {high}{zero}")
 
 
 def _until_wall(value: _Value, tz: ZoneInfo) -> datetime:
@@ -252,7 +304,7 @@ def _build(parts: dict[str, str], dtstart: datetime) -> rrule:
     text = ";".join(f"{key}={value}" for key, value in parts.items())
     try:
         built = rrulestr(text, dtstart=dtstart)
-    except (ValueError, TypeError, KeyError, IndexError) as exc:
+    except _DATEUTIL_ERRORS as exc:
         raise _refuse(f"the RRULE cannot be read: {exc}") from exc
     if not isinstance(built, rrule):  # pragma: no cover - one line always gives one rrule
         raise _refuse("the RRULE cannot be read")
@@ -278,7 +330,7 @@ def _skeleton_has_a_day(parts: dict[str, str], dtstart: datetime) -> bool:
             days.append(match.group(2))
         day_parts["BYDAY"] = ",".join(days)
     skeleton = _build({"FREQ": "YEARLY", **day_parts}, dtstart)
-    return next(iter(skeleton), None) is not None
+    return next(_iterate(skeleton, dtstart), None) is not None
 
 
 # --------------------------------------------------------------------------------- rule
@@ -291,6 +343,8 @@ def _iterate(rule: rrule, start: datetime) -> Iterator[datetime]:
         yield from rule.xafter(start, inc=True)
     except ValueError as exc:
         raise _refuse(f"the RRULE can have no occurrence: {exc}") from exc
+    except _DATEUTIL_ERRORS as exc:
+        raise _refuse(f"the RRULE cannot be evaluated: {exc!r}") from exc
 
 
 class Rule:
@@ -309,6 +363,13 @@ class Rule:
             )
         self.dtstart = dtstart.replace(microsecond=0)
         self.until = require_aware(recurrence.until, field="until") if recurrence.until else None
+        for name, value in (("dtstart", self.dtstart), ("until", self.until)):
+            if value is not None and not YEARS[0] <= value.year <= YEARS[1]:
+                raise InvalidTimeError(
+                    f"{name} {value.isoformat()} is out of range: years {YEARS[0]} to"
+                    f" {YEARS[1]} (leave until out for no end)",
+                    field=name,
+                )
         lines = _split(recurrence.rrule)
         parts = _rule_parts(lines.rule or "")
         if "UNTIL" in parts:
@@ -453,12 +514,12 @@ class Rule:
 
     def walls_after(self, start: datetime, stop: datetime, count: int) -> list[datetime]:
         """Up to `count` wall times in [start, stop] (both wall times), not excluded."""
-        walls = (
-            wall
-            for wall, _ in self._walls(start, None)
-            if not self._excluded(Occurrence(local=wall, at=self.resolve(wall)))
-        )
-        return list(islice(takewhile(lambda wall: wall <= stop, walls), count))
+        if self.until is not None:
+            # Past `until` every wall is excluded: walking them up to `stop` finds nothing.
+            stop = min(stop, self.to_wall(self.until) + self.margin)
+        walls = takewhile(lambda wall: wall <= stop, (wall for wall, _ in self._walls(start, None)))
+        kept = (w for w in walls if not self._excluded(Occurrence(local=w, at=self.resolve(w))))
+        return list(islice(kept, count))
 
 
 # ------------------------------------------------------------------------------- budget
@@ -501,6 +562,8 @@ def bounded(work: Callable[[], _T], budget: int) -> _T:
             "the rule is too costly to evaluate: its next occurrence takes a very long search"
             " (does INTERVAL ever meet the BYxxx parts?)"
         ) from None
+    except OverflowError as exc:
+        raise _refuse(f"a date the rule reaches is out of range: {exc}") from exc
     finally:
         sys.setprofile(previous)
 

@@ -175,6 +175,17 @@ def test_the_schedule_until_stops_the_rule():
     assert recurrence.next_after(utc("2026-03-03T09:00")) is None
 
 
+def test_a_rule_with_a_schedule_until_passes_validation_at_once():
+    # Past `until` every occurrence is excluded: the floor check must stop there, not walk
+    # the endless rule to the year 9999 (which ran out the budget: "too costly").
+    until = NOW + timedelta(days=30)
+    found = validate(Recurrence("FREQ=DAILY", datetime(2026, 3, 2, 9), "UTC", until), NOW,
+                     min_interval_seconds=300, horizon_days=3650, max_past_days=366)  # fmt: skip
+    assert found.walls_after(found.dtstart, found.dtstart + timedelta(days=3650), 500) == [
+        datetime(2026, 3, 2, 9) + timedelta(days=n) for n in range(30)
+    ]
+
+
 # --------------------------------------------------------------------------------- limits
 
 NOW = utc("2026-03-01T12:00")
@@ -191,7 +202,17 @@ REFUSED = [
     ("FREQ=DAILY;COUNT=3", "no occurrence"),  # dtstart a month ago: all three are past
     ("FREQ=MINUTELY;INTERVAL=7;BYDAY=MO;BYHOUR=9;BYMINUTE=0", "too costly"),
     ("FREQ=SOMETIMES", "cannot be read"),
-    ("FREQ=DAILY;BYHOUR=25", "cannot be read"),
+    ("FREQ=DAILY;BYHOUR=25", "BYHOUR value '25' must be a whole number from 0 to 23"),
+    ("FREQ=HOURLY;BYHOUR=233", "BYHOUR value '233'"),
+    ("FREQ=HOURLY;BYMINUTE=100000000000000000000", "BYMINUTE value"),
+    ("FREQ=MINUTELY;BYSECOND=-329", "BYSECOND value '-329'"),
+    ("FREQ=MONTHLY;BYMONTHDAY=0", "from -31 to 31, not 0"),
+    ("FREQ=DAILY;INTERVAL=0", "INTERVAL value '0'"),
+    ("FREQ=WEEKLY;BYEASTER=304", "BYEASTER value '304'"),
+    ("FREQ=MONTHLY;BYDAY=54SU", "ordinal must be from 1 to 53"),
+    ("FREQ=MONTHLY;BYDAY=MO,53SU", "cannot be evaluated"),  # dateutil fails on it
+    ("FREQ=DAILY;UNTIL=99991231T235959Z", "out of range"),
+    ("RRULE:FREQ=DAILY\nRDATE:00010101T000000Z", "out of range"),
     ("FREQ=DAILY;FOO=1", "cannot be read"),
     ("every tuesday", "cannot read the line"),
     ("BYDAY=TU", "needs FREQ"),
@@ -308,3 +329,12 @@ def test_a_zero_window_catches_nothing_up():
                   horizon=utc("2026-03-02T13:00"), catch_up=timedelta(0))  # fmt: skip
     assert [o.at for o in result.skipped] == [utc("2026-03-02T10:00")]
     assert [o.at for o in result.fire] == [utc("2026-03-02T12:00")]
+
+
+def test_a_start_or_end_at_the_edge_of_the_calendar_is_refused_not_crashed_on():
+    # Moved by a zone's offset, 9999-12-31 would leave Python's datetime range.
+    with pytest.raises(InvalidTimeError, match="out of range") as raised:
+        rule(DAILY_9, "2026-03-01T00:00", "Pacific/Kiritimati", until=utc("9999-12-31T00:00"))
+    assert raised.value.field == "until"
+    with pytest.raises(InvalidTimeError, match="out of range"):
+        rule(DAILY_9, "0001-01-01T00:00", "America/New_York")

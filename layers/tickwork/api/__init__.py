@@ -12,7 +12,7 @@ from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork import __version__
-from tickwork.api import actions, errors, intents, workspace
+from tickwork.api import actions, errors, intents, recurring, workspace
 from tickwork.api.scope import tenancy
 
 MAX_BODY_BYTES = 256 * 1024
@@ -29,6 +29,7 @@ def build() -> APIGatewayHttpResolver:
     app.include_router(actions.router)
     app.include_router(workspace.router)
     app.include_router(intents.router)
+    app.include_router(recurring.router)
     errors.register(app)
     return app
 
