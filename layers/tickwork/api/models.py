@@ -149,8 +149,9 @@ _ERROR_MEANINGS = {
     400: "the request is malformed (body not JSON, X-Workspace-Id missing)",
     401: "no valid bearer token",
     403: "not a member of the workspace, or not an admin",
-    404: "no such action in this workspace (another workspace's ids are not found either)",
-    409: "the action is not in a state that allows this, or conflicts with another",
+    404: "not found in this workspace (another workspace's ids are not found either)",
+    409: "not in a state that allows this (an action past queued, an ended schedule), or it"
+    " conflicts with another",
     413: "the body or the payload is too large",
     422: "a value is invalid; the message says which and why",
 }

@@ -14,7 +14,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 
 from tickwork import calendar, recurring
-from tickwork.api.models import ActionOut
+from tickwork.api.models import ActionOut, responses
 from tickwork.api.recurring_models import (
     CreateSchedule,
     Reason,
@@ -22,7 +22,6 @@ from tickwork.api.recurring_models import (
     SchedulePage,
     SchedulePatch,
     ScheduleStatus,
-    schedule_responses,
 )
 from tickwork.api.scope import RequestScope, scope
 from tickwork.errors import InputError, InvalidTimeError, NotFoundError
@@ -110,7 +109,7 @@ def _decode_cursor(raw: str) -> ScheduleCursor:
 @router.post(
     "/v1/recurring",
     summary="Create a recurring schedule",
-    responses=schedule_responses(201, ScheduleOut, "created, with its next occurrences"),
+    responses=responses(201, ScheduleOut, "created, with its next occurrences"),
 )
 def create_schedule(body: CreateSchedule, workspace: WorkspaceHeader) -> Response[ScheduleOut]:
     request = scope(router)
@@ -141,7 +140,7 @@ def create_schedule(body: CreateSchedule, workspace: WorkspaceHeader) -> Respons
 @router.get(
     "/v1/recurring",
     summary="List recurring schedules",
-    responses=schedule_responses(200, SchedulePage, "a page of schedules, oldest first"),
+    responses=responses(200, SchedulePage, "a page of schedules, oldest first"),
 )
 def list_schedules(
     workspace: WorkspaceHeader,
@@ -170,7 +169,7 @@ def list_schedules(
 @router.get(
     "/v1/recurring/<schedule_id>",
     summary="Get a recurring schedule, with its next occurrences",
-    responses=schedule_responses(200, ScheduleOut, "it"),
+    responses=responses(200, ScheduleOut, "it"),
 )
 def get_schedule(
     schedule_id: str, workspace: WorkspaceHeader, preview: Preview = PREVIEW_DEFAULT
@@ -185,7 +184,7 @@ def get_schedule(
 @router.patch(
     "/v1/recurring/<schedule_id>",
     summary="Edit a schedule: future queued occurrences move, history stays",
-    responses=schedule_responses(200, ScheduleOut, "the schedule as changed"),
+    responses=responses(200, ScheduleOut, "the schedule as changed"),
 )
 def edit_schedule(schedule_id: str, body: SchedulePatch, workspace: WorkspaceHeader) -> ScheduleOut:
     request = scope(router)
@@ -204,7 +203,7 @@ def edit_schedule(schedule_id: str, body: SchedulePatch, workspace: WorkspaceHea
 @router.post(
     "/v1/recurring/<schedule_id>/pause",
     summary="Pause a schedule: its queued occurrences not yet due are cancelled (idempotent)",
-    responses=schedule_responses(200, ScheduleOut, "paused (now or before)"),
+    responses=responses(200, ScheduleOut, "paused (now or before)"),
 )
 def pause_schedule(
     schedule_id: str, workspace: WorkspaceHeader, body: OptionalReason = None
@@ -221,7 +220,7 @@ def pause_schedule(
 @router.post(
     "/v1/recurring/<schedule_id>/resume",
     summary="Resume a paused schedule from now; missed occurrences follow the catch-up policy",
-    responses=schedule_responses(200, ScheduleOut, "active (now or before)"),
+    responses=responses(200, ScheduleOut, "active (now or before)"),
 )
 def resume_schedule(schedule_id: str, workspace: WorkspaceHeader) -> ScheduleOut:
     request = scope(router)
@@ -236,7 +235,7 @@ def resume_schedule(schedule_id: str, workspace: WorkspaceHeader) -> ScheduleOut
 @router.post(
     "/v1/recurring/<schedule_id>/end",
     summary="End a schedule for good: queued occurrences not yet due are cancelled (idempotent)",
-    responses=schedule_responses(200, ScheduleOut, "ended (now or before)"),
+    responses=responses(200, ScheduleOut, "ended (now or before)"),
 )
 def end_schedule(
     schedule_id: str, workspace: WorkspaceHeader, body: OptionalReason = None
@@ -253,7 +252,7 @@ def end_schedule(
 @router.post(
     "/v1/recurring/<schedule_id>/run-now",
     summary="Run a schedule once now: a linked one-off; the next occurrence does not move",
-    responses=schedule_responses(200, ActionOut, "the one-off action (source run_now), due now"),
+    responses=responses(200, ActionOut, "the one-off action (source run_now), due now"),
 )
 def run_now(schedule_id: str, workspace: WorkspaceHeader) -> ActionOut:
     request = scope(router)

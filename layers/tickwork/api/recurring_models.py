@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import AwareDatetime, BaseModel, Field
 
-from tickwork.api.models import Strict, responses
+from tickwork.api.models import Strict
 from tickwork.recurrence import MAX_RULE_LENGTH, Occurrence
 from tickwork.recurring import MAX_CATCH_UP_SECONDS, MAX_FAILURES_LIMIT, Schedule
 from tickwork.wallclock import local_rendering
@@ -176,16 +176,3 @@ class ScheduleOut(BaseModel):
 class SchedulePage(BaseModel):
     items: list[ScheduleOut]
     next_cursor: str | None = Field(description="pass as `cursor` for the next page")
-
-
-def schedule_responses(status: int, model: type[BaseModel], description: str) -> dict[int, Any]:
-    """`responses`, with the 404 and 409 of a schedule route."""
-    documented = responses(status, model, description)
-    documented[404] = documented[404] | {
-        "description": "no such recurring schedule in this workspace (another workspace's ids"
-        " are not found either)"
-    }
-    documented[409] = documented[409] | {
-        "description": "the schedule has ended: it cannot be edited, paused, resumed or run"
-    }
-    return documented
