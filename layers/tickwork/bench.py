@@ -252,6 +252,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             lag_ratio = baseline["lags"].p99 / max(result["lags"].p99, 1e-9)
             print(f"    {label} drain {base / result['drain_seconds']:.1f}x faster,"
                   f" p99 lag {lag_ratio:.1f}x lower")  # fmt: skip
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("drop database if exists {} with (force)").format(
+                sql.Identifier(BENCH_DATABASE)
+            )
+        )
     if server is not None:
         server.stop()
     return 0
