@@ -48,7 +48,7 @@ _GET = query("get_intent")
 _WORKSPACE_TIMEZONE = query("workspace_timezone")
 _INSERT = query("insert_intent")
 _UPDATE = query("update_intent")
-_SET_STATE = query("set_intent_state")
+_UNSCHEDULE = query("unschedule_intent")
 
 MAX_TARGETS = 100  # mirrors schedule_intents_targets_count
 STATES: frozenset[str] = frozenset({"scheduled", "unscheduled"})
@@ -427,8 +427,8 @@ def unschedule_intent(
         changed = current.state != "unscheduled"
         if changed:
             params = {"workspace_id": workspace_id, "thing_id": thing_id,
-                      "state": "unscheduled", "updated_by": updated_by}  # fmt: skip
-            updated = _one(conn, _SET_STATE, params)
+                      "updated_by": updated_by}  # fmt: skip
+            updated = _one(conn, _UNSCHEDULE, params)
             assert updated is not None  # locked above
             current = updated
         summary, _ = reconcile.reconcile_locked(conn, current, settings)

@@ -29,8 +29,9 @@ set action_type = %(action_type)s, targets = %(targets)s, wall_date = %(wall_dat
 where workspace_id = %(workspace_id)s and thing_id = %(thing_id)s
 returning *
 
--- name: set_intent_state
+-- name: unschedule_intent
+-- scheduled -> unscheduled; an intent already unscheduled is left as it is.
 update schedule_intents
-set state = %(state)s, updated_by = %(updated_by)s
-where workspace_id = %(workspace_id)s and thing_id = %(thing_id)s
+set state = 'unscheduled', updated_by = %(updated_by)s
+where workspace_id = %(workspace_id)s and thing_id = %(thing_id)s and state = 'scheduled'
 returning *

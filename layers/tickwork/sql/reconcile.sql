@@ -65,3 +65,5 @@ returning id
 update schedule_intents
 set reconciled_version = %(version)s, reconciled_at = now(), recheck_at = %(recheck_at)s
 where workspace_id = %(workspace_id)s and thing_id = %(thing_id)s
+  -- bookkeeping never goes backwards, should an older pass finish last
+  and reconciled_version <= %(version)s
