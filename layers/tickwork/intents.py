@@ -42,7 +42,7 @@ from tickwork.errors import (
 from tickwork.queues.port import QueuePort
 from tickwork.reconcile import Intent, IntentState, ReconcileSummary, intent_from_row
 from tickwork.sql import query
-from tickwork.wallclock import require_aware, resolve_wall_time, zone
+from tickwork.wallclock import parse_clock, parse_date, require_aware, resolve_wall_time, zone
 
 _GET = query("get_intent")
 _WORKSPACE_TIMEZONE = query("workspace_timezone")
@@ -152,36 +152,6 @@ def _targets(given: object, action_type: str, settings: Settings) -> tuple[str, 
     return targets
 
 
-def _date(value: date | str) -> date:
-    if isinstance(value, datetime):
-        raise InvalidTimeError("wall_date must be a date, not a date and time", field="date")
-    if isinstance(value, date):
-        return value
-    try:
-        return date.fromisoformat(value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidTimeError(
-            f"date {value!r} is not a date in YYYY-MM-DD form", field="date"
-        ) from exc
-
-
-def _time(value: time | str) -> time:
-    if isinstance(value, time):
-        parsed = value
-    else:
-        try:
-            parsed = time.fromisoformat(value)
-        except (TypeError, ValueError) as exc:
-            raise InvalidTimeError(
-                f"time {value!r} is not a time in HH:MM or HH:MM:SS form", field="time"
-            ) from exc
-    if parsed.tzinfo is not None:
-        raise InvalidTimeError(
-            "a wall time must not carry an offset; give the zone in timezone", field="time"
-        )
-    return parsed
-
-
 def _instant(value: datetime | str) -> datetime:
     if isinstance(value, str):
         try:
@@ -214,7 +184,7 @@ def _when(
         raise InvalidTimeError(
             f"{missing} is required: give a date and time, or publish_at", field=missing
         )
-    wall_date, wall_time = _date(given.wall_date), _time(given.wall_time)
+    wall_date, wall_time = parse_date(given.wall_date), parse_clock(given.wall_time)
     tz = zone(given.timezone if given.timezone is not None else workspace_timezone)
     return wall_date, wall_time, given.timezone, None, resolve_wall_time(wall_date, wall_time, tz)
 

@@ -46,22 +46,41 @@ def resolve_wall_time(day: date, clock: time, tz: ZoneInfo) -> datetime:
     return local.astimezone(UTC)
 
 
+def parse_date(value: date | str) -> date:
+    """A calendar date, given as one or as 'YYYY-MM-DD'."""
+    if isinstance(value, datetime):
+        raise InvalidTimeError("give a date, not a date and time", field="date")
+    if isinstance(value, date):
+        return value
+    try:
+        return date.fromisoformat(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTimeError(
+            f"date {value!r} is not a date in YYYY-MM-DD form", field="date"
+        ) from exc
+
+
+def parse_clock(value: time | str) -> time:
+    """A wall-clock time, given as one or as 'HH:MM[:SS]', without an offset."""
+    if isinstance(value, time):
+        parsed = value
+    else:
+        try:
+            parsed = time.fromisoformat(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidTimeError(
+                f"time {value!r} is not a time in HH:MM or HH:MM:SS form", field="time"
+            ) from exc
+    if parsed.tzinfo is not None:
+        raise InvalidTimeError(
+            "a wall time must not carry an offset; give the zone in timezone", field="time"
+        )
+    return parsed
+
+
 def parse_wall_time(day: str, clock: str, tz_name: str) -> datetime:
     """`resolve_wall_time` from the API's strings: 'YYYY-MM-DD', 'HH:MM[:SS]', zone name."""
-    tz = zone(tz_name)
-    try:
-        parsed_day = date.fromisoformat(day)
-    except (TypeError, ValueError) as exc:
-        raise InvalidTimeError(
-            f"date {day!r} is not a date in YYYY-MM-DD form", field="date"
-        ) from exc
-    try:
-        parsed_clock = time.fromisoformat(clock)
-    except (TypeError, ValueError) as exc:
-        raise InvalidTimeError(
-            f"time {clock!r} is not a time in HH:MM or HH:MM:SS form", field="time"
-        ) from exc
-    return resolve_wall_time(parsed_day, parsed_clock, tz)
+    return resolve_wall_time(parse_date(day), parse_clock(clock), zone(tz_name))
 
 
 def instant_of(
