@@ -128,7 +128,9 @@ class ResultOut(BaseModel):
     success: bool = Field(description="false when a rule could not make its action")
     executions_created: int
     rule_ids: list[UUID] = Field(description="the rules that made an action")
-    duplicates_skipped: int = Field(description="actions already made for the same key")
+    duplicates_skipped: int = Field(
+        description="firings whose key already had its action (pending or already sent)"
+    )
     created: list[FiredOut]
     skipped: list[SkippedOut]
     failed: list[FailedOut]
@@ -141,7 +143,7 @@ class ResultOut(BaseModel):
             success=result.success,
             executions_created=len(result.created),
             rule_ids=result.rule_ids,
-            duplicates_skipped=result.count("duplicate"),
+            duplicates_skipped=result.duplicates,
             created=[FiredOut(rule_id=f.rule_id, action_id=f.action_id, publish_at=f.publish_at,
                               idempotency_key=f.idempotency_key,
                               rescheduled_from=f.rescheduled_from) for f in result.created],

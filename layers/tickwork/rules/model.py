@@ -341,8 +341,13 @@ class ProduceResult:
     def rule_ids(self) -> list[UUID]:
         return list(dict.fromkeys(f.rule_id for f in self.created))
 
-    def count(self, reason: str) -> int:
-        return sum(1 for s in self.skipped if s.reason == reason)
+    def count(self, *reasons: str) -> int:
+        return sum(1 for s in self.skipped if s.reason in reasons)
+
+    @property
+    def duplicates(self) -> int:
+        """Firings whose key already had its action (pending, or already sent)."""
+        return self.count("duplicate", "already_sent")
 
     def add(self, other: ProduceResult) -> None:
         self.created += other.created

@@ -315,7 +315,7 @@ def emit_metrics(kind: str, result: ProduceResult) -> None:
             f"{prefix}Created": len(result.created),
             f"{prefix}Cancelled": len(result.cancelled),
             f"{prefix}Failed": len(result.failed),
-            f"{prefix}Duplicates": result.count("duplicate"),
+            f"{prefix}Duplicates": result.duplicates,
         },
         by=(f"{prefix}Skipped", "reason", _by_reason(result)),
     )
