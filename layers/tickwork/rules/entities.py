@@ -23,6 +23,7 @@ from tickwork.actions import PAYLOAD_MAX_BYTES, payload_size
 from tickwork.config import Settings
 from tickwork.db import Connection, storable
 from tickwork.errors import InputError, InvalidTimeError, NotFoundError, PayloadTooLargeError
+from tickwork.rules.events import has_nul
 from tickwork.rules.model import MAX_DATES, NAME, WITHDRAWN, ProduceResult, rule_from_row
 from tickwork.rules.produce import (
     EntityState,
@@ -169,6 +170,10 @@ def put_dates(
     if not isinstance(given.context, Mapping):
         raise InputError("context must be a JSON object", field="context")
     context = dict(given.context)
+    if has_nul(context):
+        raise InputError(
+            "context contains a NUL character, which cannot be stored", field="context"
+        )
     size = payload_size(context)
     if size > PAYLOAD_MAX_BYTES:
         raise PayloadTooLargeError(

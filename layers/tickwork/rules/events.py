@@ -9,6 +9,7 @@ answer says the second was a duplicate; the next day makes a new one (a daily di
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,6 +60,11 @@ class ValidEvent:
     occurred_at: datetime
 
 
+def has_nul(value: Any) -> bool:
+    """Whether a JSON value holds a NUL character anywhere (Postgres cannot store one)."""
+    return "\\u0000" in json.dumps(value)
+
+
 def validate_event(event: EventInput, now: datetime) -> ValidEvent:
     if not isinstance(event.type, str) or not EVENT_TYPE.match(event.type):
         raise InputError(
@@ -77,7 +83,7 @@ def validate_event(event: EventInput, now: datetime) -> ValidEvent:
             raise InputError(
                 f"entities: {kind!r} is not an entity type such as 'booking'", field="entities"
             )
-        if not isinstance(entity_id, str) or not 1 <= len(entity_id) <= 200:
+        if not isinstance(entity_id, str) or not 1 <= len(entity_id) <= 200 or "\x00" in entity_id:
             raise InputError(
                 f"entities.{kind} must be an id of 1 to 200 characters",
                 field=f"entities.{kind}",
@@ -86,6 +92,10 @@ def validate_event(event: EventInput, now: datetime) -> ValidEvent:
     if not isinstance(event.context, Mapping):
         raise InputError("context must be a JSON object", field="context")
     context = dict(event.context)
+    if has_nul(context):
+        raise InputError(
+            "context contains a NUL character, which cannot be stored", field="context"
+        )
     size = payload_size(context)
     if size > PAYLOAD_MAX_BYTES:
         raise PayloadTooLargeError(
