@@ -312,3 +312,85 @@ def test_another_workspaces_rules_entities_and_events_are_invisible_and_unaffect
     assert [a["status"] for a in mine["actions"]] == ["queued"]
     assert api.admin.call("GET", f"/v1/rules/{rule['id']}")["enabled"] is True
     assert count_actions(database_url) == before
+
+
+# ------------------------------------------------------------------- the README example
+
+
+def webhook_rule(name: str, trigger: dict[str, Any], payload: dict[str, Any],
+                 **extra: Any) -> dict[str, Any]:  # fmt: skip
+    return {"name": name, "trigger": trigger,
+            "action": {"action_type": "webhook", "target_key": "primary", "payload": payload},
+            **extra}  # fmt: skip
+
+
+def test_the_readme_podcast_example_end_to_end(api):
+    def booking(offset: int) -> dict[str, Any]:
+        return {"type": "time", "entity_type": "booking", "reference": "recording",
+                "offset_seconds": offset}  # fmt: skip
+
+    def episode(offset: int) -> dict[str, Any]:
+        return {"type": "time", "entity_type": "episode", "reference": "publish",
+                "offset_seconds": offset}  # fmt: skip
+
+    rules = [
+        webhook_rule("confirmation", {"type": "event", "event": "booking.confirmed"},
+                     {"to": "{{ context.guest.email }}",
+                      "text": "Thanks {{ context.guest.name }}, see you {{ context.booking.start"
+                              "|datetime('%A %H:%M', context.booking.timezone) }}"}),
+        webhook_rule("reminder", booking(-86400),
+                     {"to": "{{ context.guest.phone }}",
+                      "text": "Recording tomorrow at {{ reference.local|datetime('%H:%M') }}"},
+                     conditions=[{"path": "context.guest.phone", "op": "exists"}]),
+        webhook_rule("thank you", booking(3600),
+                     {"text": "Thanks for recording, {{ context.guest.name }}!"}),
+        webhook_rule("teaser", episode(-172800),
+                     {"text": "In two days: {{ context.episode.title }}"}),
+        webhook_rule("announce", episode(3600), {"text": "Out now: {{ context.episode.title }}"}),
+    ]  # fmt: skip
+    ids = {r["name"]: create(api, r)["id"] for r in rules}
+    guest = {"name": "Ann", "email": "ann@example.com", "phone": "+4915112345678"}
+    start = {"start": "2027-03-28T15:00:00+02:00", "timezone": "Europe/Berlin"}
+    context = {"guest": guest, "booking": start}
+    confirmed = {"type": "booking.confirmed", "context": context,
+                 "entities": {"booking": "bk_42", "podcast": "pod_7"}}  # fmt: skip
+    first = api.admin.call("POST", "/v1/events", json=confirmed)
+    assert (first["executions_created"], first["rule_ids"]) == (1, [ids["confirmation"]])
+    again = api.admin.call("POST", "/v1/events", json=confirmed)
+    assert (again["executions_created"], again["duplicates_skipped"]) == (0, 1)
+    [mail] = first["created"]
+    wait_for(lambda: mail["action_id"] in arrived_ids(api))
+    [delivery] = api.local.receiver.deliveries
+    sent_payload = delivery.body["data"]["payload"]
+    assert sent_payload == {"to": "ann@example.com", "text": "Thanks Ann, see you Sunday 15:00"}
+
+    path = "/v1/entities/booking/bk_42/dates"
+    put = {"timezone": "Europe/Berlin", "dates": {"recording": "2027-03-28T15:00"},
+           "context": context}  # fmt: skip
+    made = {c["rule_id"]: c for c in api.admin.call("PUT", path, json=put)["result"]["created"]}
+    assert made[ids["reminder"]]["publish_at"] == "2027-03-27T13:00:00Z"  # 14:00 CET
+    assert made[ids["thank you"]]["publish_at"] == "2027-03-28T14:00:00Z"  # 16:00 CEST
+    view = api.admin.call("GET", path)
+    texts = {a["rule_id"]: a["payload"]["text"] for a in view["actions"]}
+    assert texts[ids["reminder"]] == "Recording tomorrow at 15:00"
+
+    moved = api.admin.call("PUT", path, json=put | {"dates": {"recording": "2027-03-28T15:45"}})
+    assert sorted(moved["result"]["cancelled"]) == sorted(c["action_id"] for c in made.values())
+    new = {c["rule_id"]: c for c in moved["result"]["created"]}
+    assert new[ids["reminder"]]["publish_at"] == "2027-03-27T13:45:00Z"  # 14:45 CET
+    assert new[ids["thank you"]]["publish_at"] == "2027-03-28T14:45:00Z"  # 16:45 CEST
+    for name in ("reminder", "thank you"):
+        assert new[ids[name]]["rescheduled_from"] == made[ids[name]]["action_id"]
+
+    gone = api.admin.call("DELETE", path)
+    assert sorted(gone["result"]["cancelled"]) == sorted(c["action_id"] for c in new.values())
+    sent = api.admin.call("GET", f"/v1/actions/{mail['action_id']}")
+    assert sent["status"] == "published"  # the confirmation stays as history
+
+    ep = api.admin.call("PUT", "/v1/entities/episode/ep_9/dates", json={
+        "dates": {"publish": "2027-04-10T08:00"}, "timezone": "Europe/Berlin",
+        "context": {"episode": {"title": "Ann on clocks"}}})  # fmt: skip
+    assert sorted(c["publish_at"] for c in ep["result"]["created"]) == [
+        "2027-04-08T06:00:00Z", "2027-04-10T07:00:00Z"]  # fmt: skip
+    off = api.admin.call("PATCH", f"/v1/rules/{ids['announce']}", json={"enabled": False})
+    assert len(off["result"]["cancelled"]) == 1
