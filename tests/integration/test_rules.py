@@ -140,6 +140,52 @@ def test_the_same_event_from_two_clients_at_once_makes_one_action_per_rule(
     assert len(rows(conn, workspace)) == 3
 
 
+def run_at_once(database_url: str, clients: int, work: Any) -> list[Any]:
+    """`work(conn)` from `clients` threads, each on its own connection, released together."""
+    start = threading.Barrier(clients)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def client() -> None:
+        with connect(database_url) as own:
+            start.wait()
+            try:
+                results.append(work(own))
+            except BaseException as exc:  # collected and asserted below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    return results
+
+
+def test_concurrent_events_with_a_failing_rule_neither_deadlock_nor_double(
+    database_url, conn, workspace, settings, now
+):
+    make(conn, workspace, settings, now, event_rule("broken", payload={"x": "{{ context.nope }}"}))
+    make(conn, workspace, settings, now, event_rule("good"))
+    results = run_at_once(database_url, 4, lambda own: emit(own, workspace, settings, now))
+    assert sum(len(r.created) for r in results) == 1
+    assert all(len(r.failed) == 1 for r in results)
+
+
+def test_the_same_dates_from_two_clients_at_once_make_one_set_of_actions(
+    database_url, conn, workspace, settings, now
+):
+    make(conn, workspace, settings, now, time_rule("24h before", -24 * HOUR))
+    make(conn, workspace, settings, now, time_rule("1h after", HOUR))
+    start = (now + timedelta(days=5)).isoformat()
+    results = run_at_once(
+        database_url, 4, lambda own: put(own, workspace, settings, now, {"start": start})
+    )
+    assert sum(len(r.result.created) for r in results) == 2
+    assert len(live(conn, workspace)) == 2
+
+
 def test_an_event_no_rule_matches_is_a_success_with_nothing_made(conn, workspace, settings, now):
     make(conn, workspace, settings, now, event_rule())
     result = emit(conn, workspace, settings, now, type="episode.published")

@@ -205,10 +205,12 @@ def edit_rule(
 def delete_rule(
     conn: Connection, workspace_id: UUID, rule_id: UUID, settings: Settings, now: datetime
 ) -> RuleResult:
+    key = {"id": rule_id, "workspace_id": workspace_id}
     with conn.transaction():
-        rule = _write(conn, _DELETE, {"id": rule_id, "workspace_id": workspace_id})
-        if rule is None:
+        if conn.execute(_LOCK, key).fetchone() is None:
             raise _not_found(rule_id)
+        rule = _write(conn, _DELETE, key)
+        assert rule is not None
         result = _sync(conn, rule, settings, now, None)
     emit_metrics("rule", result)
     return RuleResult(rule, result)

@@ -18,6 +18,7 @@ select * from rules
 where id = %(id)s and workspace_id = %(workspace_id)s and deleted_at is null
 
 -- name: lock_rule
+-- Every change of a rule takes this lock first: the producers' KEY SHARE waits for it.
 select * from rules
 where id = %(id)s and workspace_id = %(workspace_id)s and deleted_at is null
 for update
@@ -53,13 +54,15 @@ update rules set last_error = %(message)s, last_error_at = now()
 where id = %(id)s and workspace_id = %(workspace_id)s
 
 -- name: event_rules
--- The enabled rules an event of this type fires, locked against a concurrent disable (which
--- cancels the rule's rows: it waits for us, or we see it disabled).
+-- The enabled rules an event of this type fires, locked against a concurrent change of the
+-- rule (which takes FOR UPDATE, then cancels the rule's rows: it waits for us, or we see
+-- it as changed). KEY SHARE, so recording a rule's last error (a plain UPDATE) does not
+-- wait for concurrent events, nor deadlock with them.
 select * from rules
 where workspace_id = %(workspace_id)s and trigger_type = 'event'
   and event_type = %(event_type)s and enabled and deleted_at is null
 order by created_at, id
-for share
+for key share
 
 -- name: time_rules
 -- The enabled time rules of an entity type, locked as event_rules are.
@@ -67,7 +70,7 @@ select * from rules
 where workspace_id = %(workspace_id)s and trigger_type = 'time'
   and entity_type = %(entity_type)s and enabled and deleted_at is null
 order by created_at, id
-for share
+for key share
 
 -- name: insert_rule_action
 insert into rule_actions (
