@@ -17,7 +17,7 @@ from tickwork.db import connect
 from tickwork.errors import InputError, NotFoundError
 from tickwork.rules import entities, store
 from tickwork.rules.events import EventInput, emit_event
-from tickwork.rules.model import ActionTemplate, RuleInput, Trigger
+from tickwork.rules.model import ActionTemplate, Rule, RuleInput, Trigger
 from tickwork.rules.store import RuleChanges
 from tickwork.tenancy import tenant_transaction
 
@@ -471,3 +471,23 @@ def test_another_workspaces_rules_and_entities_are_invisible_and_untouched(
             assert conn.execute(f"select count(*) from {table}").fetchone() == (
                 1 if table in ("entities", "entity_dates") else 0,
             )
+
+
+def test_every_table_with_a_workspace_has_row_level_security(conn):
+    unprotected = conn.execute(
+        "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace"
+        " where n.nspname = 'public' and c.relkind = 'r' and not c.relrowsecurity"
+        " and exists (select 1 from pg_attribute a where a.attrelid = c.oid"
+        "             and a.attname = 'workspace_id' and not a.attisdropped)"
+    ).fetchall()
+    assert unprotected == []
+
+
+def test_the_schema_matches_what_the_code_reads(conn):
+    columns = {
+        name
+        for (name,) in conn.execute(
+            "select column_name from information_schema.columns where table_name = 'rules'"
+        ).fetchall()
+    }
+    assert columns == set(Rule.__dataclass_fields__)
