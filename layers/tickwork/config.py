@@ -185,6 +185,16 @@ class Settings(BaseModel):
         urls = {name: self.queue_url(name) for name in self.action_types}
         return {name: url for name, url in urls.items() if url}
 
+    def action_type_of_queue(self, records: list[dict[str, Any]]) -> str | None:
+        """The action type whose queue SQS records came from (by their queue's name)."""
+        arns = {str(record.get("eventSourceARN", "")) for record in records}
+        names = {arn.rsplit(":", 1)[-1] for arn in arns if arn}
+        for action_type in self.action_types:
+            url = self.queue_url(action_type)
+            if url and url.rsplit("/", 1)[-1] in names:
+                return action_type
+        return None
+
     def action_type(self, name: str) -> ActionTypeConfig | None:
         return self.action_types.get(name)
 

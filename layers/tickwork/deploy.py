@@ -85,7 +85,7 @@ def validate_configuration(settings: Settings, queue_exists: QueueCheck) -> list
         elif not queue_exists(url):
             problems.append(
                 f"action type {name!r} has no queue at {url}: add {name!r} to the template's"
-                " list of action types (Fn::ForEach::ActionTypes) and deploy again"
+                " list of action types (Fn::ForEach::PerActionType) and deploy again"
             )
     return problems
 

@@ -201,7 +201,7 @@ def test_a_type_without_its_queue_fails_the_deploy(monkeypatch, empty_database_u
     run(monkeypatch, empty_database_url, event(cfn.url, "Update", 3, 2), action_types=extra)
     assert cfn.only["Status"] == "FAILED"
     assert f"'sms' has no queue at {PREFIX}sms" in cfn.only["Reason"]
-    assert "Fn::ForEach::ActionTypes" in cfn.only["Reason"]
+    assert "Fn::ForEach::PerActionType" in cfn.only["Reason"]
 
 
 def test_an_unreachable_database_is_retried_then_reported(monkeypatch, cfn, queues):
