@@ -44,6 +44,10 @@ ANSWER_MARGIN_SECONDS = 15.0
 CONNECT_TIMEOUT_SECONDS = 10
 CONNECT_PAUSE_SECONDS = 5.0
 REASON_LIMIT = 1000  # CloudFormation keeps the response under 4 KB
+# A queue added in the same deploy is created beside this resource, not before it: wait
+# this long for one to appear before calling it missing.
+QUEUE_WAIT_SECONDS = 120.0
+QUEUE_POLL_SECONDS = 5.0
 _LAYER_VERSION = re.compile(r":(\d+)$")
 
 
@@ -102,6 +106,22 @@ def sqs_queue_exists(url: str) -> bool:
             return False
         raise
     return True
+
+
+def waiting_for_queues(queue_exists: QueueCheck, deadline: float) -> QueueCheck:
+    """`queue_exists`, asked again until the queue appears, QUEUE_WAIT_SECONDS pass or the
+    deadline nears (the answer must still go out in time)."""
+
+    def check(url: str) -> bool:
+        until = min(time.monotonic() + QUEUE_WAIT_SECONDS, deadline - QUEUE_POLL_SECONDS)
+        while not queue_exists(url):
+            if time.monotonic() + QUEUE_POLL_SECONDS > until:
+                return False
+            logger.info("waiting for a queue", extra={"queue_url": url})
+            time.sleep(QUEUE_POLL_SECONDS)
+        return True
+
+    return check
 
 
 def connect_with_retry(url: str, deadline: float) -> psycopg.Connection[Any]:
@@ -178,8 +198,12 @@ def decide(
         )
     if request not in ("Create", "Update"):
         raise DeployError(f"unknown RequestType {request!r}")
+    # A warm function may hold the previous deploy's action types in Powertools' cache.
+    from aws_lambda_powertools.utilities import parameters
+
+    parameters.clear_caches()
     settings = Settings.from_env(env)
-    problems = validate_configuration(settings, queue_exists)
+    problems = validate_configuration(settings, waiting_for_queues(queue_exists, deadline))
     if problems:
         raise DeployError("the configuration cannot send: " + "; ".join(problems))
     applied = run_migrations(settings, deadline)

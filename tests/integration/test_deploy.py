@@ -19,7 +19,7 @@ import pytest
 from moto import mock_aws
 
 from tests.handlers import FakeLambdaContext, load_handler
-from tickwork import migrate
+from tickwork import deploy, migrate
 from tickwork.config import Settings
 from tickwork.db import API_LOGIN_ROLE, api_login_url, connect
 from tickwork.deploy import is_rollback, validate_configuration
@@ -196,7 +196,24 @@ def test_a_type_whose_provider_cannot_be_built_fails_the_deploy(
     assert not tables(empty_database_url)
 
 
+def test_a_queue_created_beside_the_migration_is_waited_for(
+    monkeypatch, empty_database_url, cfn, queues
+):
+    # A type added in this deploy: its queue appears while the migration already checks.
+    monkeypatch.setattr(deploy, "QUEUE_POLL_SECONDS", 0.2)
+    extra = {**ACTION_TYPES, "sms": {"provider": "log"}}
+    timer = threading.Timer(1.0, lambda: queues.create_queue(QueueName="tickwork-test-sms"))
+    timer.start()
+    try:
+        run(monkeypatch, empty_database_url, event(cfn.url, "Update", 3, 2), action_types=extra)
+    finally:
+        timer.cancel()
+    assert cfn.only["Status"] == "SUCCESS", cfn.only["Reason"]
+
+
 def test_a_type_without_its_queue_fails_the_deploy(monkeypatch, empty_database_url, cfn, queues):
+    monkeypatch.setattr(deploy, "QUEUE_WAIT_SECONDS", 1.0)
+    monkeypatch.setattr(deploy, "QUEUE_POLL_SECONDS", 0.2)
     extra = {**ACTION_TYPES, "sms": {"provider": "log"}}
     run(monkeypatch, empty_database_url, event(cfn.url, "Update", 3, 2), action_types=extra)
     assert cfn.only["Status"] == "FAILED"
