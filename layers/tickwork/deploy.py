@@ -201,7 +201,7 @@ def decide(
     # A warm function may hold the previous deploy's action types in Powertools' cache.
     from aws_lambda_powertools.utilities import parameters
 
-    parameters.clear_caches()
+    parameters.clear_caches()  # type: ignore[no-untyped-call]
     settings = Settings.from_env(env)
     problems = validate_configuration(settings, waiting_for_queues(queue_exists, deadline))
     if problems:
