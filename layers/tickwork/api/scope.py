@@ -69,7 +69,7 @@ def tenancy(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Res
     user_id = _user(app)
     workspace_id = _workspace(app)
     rt = runtime.current()
-    conn = rt.db.connection()
+    conn = rt.api_database().connection()
     request: RequestScope | None = None
     with tenant_transaction(conn, workspace_id):
         caller = authorize(conn, user_id, workspace_id)
@@ -78,7 +78,10 @@ def tenancy(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Res
         response = next_middleware(app)
         if response.status_code >= 400:
             raise psycopg.Rollback()
-    if response.status_code < 400:
-        for work in request.after_commit:
-            work()
+    if response.status_code < 400 and request.after_commit:
+        # The API's login acts only inside a tenant transaction, so the work that needs the
+        # commit (handing new rows to their queues) gets one of its own.
+        with tenant_transaction(conn, workspace_id):
+            for work in request.after_commit:
+                work()
     return response
