@@ -104,6 +104,7 @@ def create_action(
         request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
     )
     if result.created:
+        request.added_actions()
         _enqueue_after_commit(request, result.action)
     return Response(
         status_code=201 if result.created else 200,
@@ -190,5 +191,6 @@ def retry_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
     settings = request.runtime.settings
     transition = actions.retry(request.conn, request.caller.workspace_id, key, settings)
     retried = actions.expect_retried(transition, key)
+    request.added_actions()
     _enqueue_after_commit(request, retried)
     return _out(request, retried)

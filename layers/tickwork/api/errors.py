@@ -22,6 +22,7 @@ from tickwork.errors import (
     InputError,
     NotFoundError,
     PayloadTooLargeError,
+    RateLimitedError,
     TickworkError,
 )
 from tickwork.observability import logger
@@ -29,6 +30,7 @@ from tickwork.observability import logger
 # Most specific first.
 STATUS_OF: list[tuple[type[TickworkError], HTTPStatus]] = [
     (PayloadTooLargeError, HTTPStatus.REQUEST_ENTITY_TOO_LARGE),
+    (RateLimitedError, HTTPStatus.TOO_MANY_REQUESTS),
     (BadRequestError, HTTPStatus.BAD_REQUEST),
     (InputError, HTTPStatus.UNPROCESSABLE_ENTITY),
     (NotFoundError, HTTPStatus.NOT_FOUND),
@@ -81,6 +83,12 @@ def error_result(
     }
 
 
+def headers_of(error: TickworkError) -> dict[str, str] | None:
+    if isinstance(error, RateLimitedError):
+        return {"Retry-After": str(error.retry_after_seconds)}
+    return None
+
+
 def status_of(error: TickworkError) -> HTTPStatus:
     for cls, status in STATUS_OF:
         if isinstance(error, cls):
@@ -127,7 +135,9 @@ def allowed_methods(app: APIGatewayHttpResolver, path: str) -> list[str]:
 def register(app: APIGatewayHttpResolver) -> None:
     @app.exception_handler(TickworkError)
     def domain_error(error: TickworkError) -> Response[str]:
-        return error_response(status_of(error), error.code, error.message, error.details)
+        return error_response(
+            status_of(error), error.code, error.message, error.details, headers_of(error)
+        )
 
     @app.exception_handler(RequestUnsupportedContentType)
     def unsupported(error: RequestUnsupportedContentType) -> Response[str]:
