@@ -15,11 +15,11 @@ from uuid import UUID
 
 import pytest
 import schemathesis
+import schemathesis.specs.openapi.checks  # registers the OpenAPI checks in CHECKS
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
 
-import schemathesis.specs.openapi.checks  # noqa: F401  (registers the OpenAPI checks)
 from tests.e2e.conftest import Api, running_api
 from tickwork.api import openapi_document
 from tickwork.config import Settings
