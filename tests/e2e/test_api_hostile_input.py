@@ -277,3 +277,15 @@ def test_a_replay_returns_the_first_result_after_a_cancel(api):
     again = api.admin.http.post("/v1/actions", json=body, headers=headers)
     assert (again.status_code, again.json()["id"]) == (200, first["id"])
     assert again.json()["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("dtstart", ["0001-01-01T00:00:00", "9999-12-31T23:59:59"])
+def test_recurring_wall_times_and_until_at_the_edges_are_422(api, database_url, dtstart):
+    body = {"action_type": "webhook", "target_key": "primary", "rrule": "FREQ=DAILY",
+            "dtstart": dtstart, "timezone": "Asia/Tokyo"}  # fmt: skip
+    error_of(api.admin.http.post("/v1/recurring", json=body), 422)
+    schedule = api.admin.call("POST", "/v1/recurring", json={
+        "action_type": "webhook", "target_key": "primary", "rrule": "FREQ=DAILY"})  # fmt: skip
+    for change in ({"until": LOW}, {"until": HIGH}, {"dtstart": dtstart}):
+        error_of(api.admin.http.patch(f"/v1/recurring/{schedule['id']}", json=change), 422)
+    assert api.admin.call("GET", f"/v1/recurring/{schedule['id']}")["revision"] == 1

@@ -17,7 +17,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork import __version__
 from tickwork.api import actions, errors, intents, recurring, workspace
-from tickwork.api.request import check_event, request_checks
+from tickwork.api.request import check_event, decode_body, request_checks
 from tickwork.api.scope import tenancy
 from tickwork.errors import TickworkError
 
@@ -153,6 +153,11 @@ def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             {"limit": MAX_BODY_BYTES},
         )
     try:
+        if event.get("isBase64Encoded") and body:
+            # API Gateway sends bodies it does not take for text as base64: read them as
+            # UTF-8 JSON here, once, so nothing below sees bytes.
+            body = decode_body(body)
+            event = {**event, "body": body, "isBase64Encoded": False}
         check_event(event, body)
     except TickworkError as exc:
         return errors.error_result(errors.status_of(exc), exc.code, exc.message, exc.details)

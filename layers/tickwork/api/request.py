@@ -7,6 +7,8 @@ bodies that are not the object a route documents)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from types import NoneType, UnionType
@@ -91,6 +93,14 @@ def parse_body(body: str) -> Any:
         ) from exc
     check_json(parsed)
     return parsed
+
+
+def decode_body(encoded: str) -> str:
+    """A base64 body as text; bytes that are not UTF-8 are a 400, never replaced."""
+    try:
+        return base64.b64decode(encoded, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError) as exc:
+        raise BadRequestError("the request body is not valid UTF-8 text") from exc
 
 
 def check_event(event: dict[str, Any], body: str) -> None:
