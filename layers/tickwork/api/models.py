@@ -150,14 +150,16 @@ class ErrorBody(BaseModel):
 
 
 _ERROR_MEANINGS = {
-    400: "the request is malformed (body not JSON, X-Workspace-Id missing)",
+    400: "the request is malformed (body not JSON or not UTF-8, X-Workspace-Id missing or"
+    " not a UUID)",
     401: "no valid bearer token",
     403: "not a member of the workspace, or not an admin",
     404: "not found in this workspace (another workspace's ids are not found either)",
     409: "not in a state that allows this (an action past queued, an ended schedule), or it"
     " conflicts with another",
     413: "the body or the payload is too large",
-    422: "a value is invalid; the message says which and why",
+    422: "a value is invalid, or a quota is reached; the message says which and why",
+    429: "the workspace's request rate quota; retry after Retry-After seconds",
 }
 
 
