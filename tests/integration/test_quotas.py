@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from tests.conftest import make_workspace
+from tests.e2e.test_api_quotas import away_from_a_minute_boundary
 from tests.integration.test_query_plans import index_scans, plan_of, seq_scans
 from tickwork import quotas, recurring
 from tickwork.config import Settings
@@ -44,6 +45,7 @@ def test_the_active_count_uses_its_partial_index_and_stops_at_the_cap(conn, crow
 
 
 def test_the_request_count_starts_again_each_window(conn, workspace):
+    away_from_a_minute_boundary()
     settings = Settings(quota_api_requests_per_minute=2)
     assert quotas.count_request(conn, workspace, settings).requests == 1
     assert quotas.count_request(conn, workspace, settings).requests == 2
