@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install dev demo test test-unit lint format bench build deploy layer-lock clean
+.PHONY: install dev demo test test-unit lint format bench fuzz build deploy layer-lock clean
 
 # A virtualenv with tickwork (editable) and the dev tools; redone when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -43,6 +43,13 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m tickwork.bench
+
+# Schemathesis, every check, every operation, random cases (about 2,300 at 60 examples per
+# operation); prints the case count by status. CI runs a small derandomized set.
+FUZZ_EXAMPLES ?= 60
+fuzz: $(STAMP)
+	TICKWORK_FUZZ_RANDOM=1 TICKWORK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+		$(BIN)/pytest -s -q -p no:cacheprovider tests/e2e/test_api_fuzz.py
 
 # --- AWS --------------------------------------------------------------------------------
 # samconfig.toml (at the root) holds the region, capabilities and build options.

@@ -118,6 +118,13 @@ class Settings(BaseModel):
     expander_batch_size: int = Field(default=100, gt=0)
     expander_budget_seconds: float = Field(default=240.0, gt=0)
 
+    # Per-workspace quotas; 0 turns one off. Counts are refused with 422, the rate with 429.
+    quota_active_actions: int = Field(default=100_000, ge=0)  # queued or submitted rows
+    quota_recurring_schedules: int = Field(default=500, ge=0)  # schedules not ended
+    # Rows one schedule may materialize in its window (every 10 minutes for 14 days: 2016).
+    quota_schedule_window_rows: int = Field(default=2000, ge=0)
+    quota_api_requests_per_minute: int = Field(default=1200, ge=0)
+
     # Where each action type's SQS queue is (AWS); the local runtime uses its in-process
     # queue. By convention the queue of type T is `<queue_url_prefix>T`; `queue_urls` names
     # exceptions explicitly (tests, hand-made queues).

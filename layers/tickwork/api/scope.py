@@ -20,7 +20,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 
-from tickwork import runtime
+from tickwork import quotas, runtime
 from tickwork.db import Connection
 from tickwork.errors import AuthenticationError, BadRequestError
 from tickwork.runtime import Runtime
@@ -38,6 +38,11 @@ class RequestScope:
     runtime: Runtime
     now: datetime
     after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+    def added_actions(self) -> None:
+        """Call after a write that added active rows: over the workspace's quota, it is
+        refused (422) and rolled back."""
+        quotas.check_active_actions(self.conn, self.caller.workspace_id, self.runtime.settings)
 
 
 def scope(router: Router) -> RequestScope:
@@ -71,8 +76,12 @@ def tenancy(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Res
     rt = runtime.current()
     conn = rt.api_database().connection()
     request: RequestScope | None = None
+    # Membership and the request count first, committed on their own: a request that
+    # fails later still counts against the workspace's rate.
     with tenant_transaction(conn, workspace_id):
         caller = authorize(conn, user_id, workspace_id)
+        quotas.count_request(conn, workspace_id, rt.settings)
+    with tenant_transaction(conn, workspace_id):
         request = RequestScope(conn, caller, rt, utcnow())
         app.append_context(**{_KEY: request})
         response = next_middleware(app)
