@@ -12,6 +12,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tickwork.ops.text import clock, lateness
 from tickwork.providers.webhook import decode_secret, verify
 
 
@@ -81,13 +82,16 @@ class WebhookReceiver:
 
 
 def describe(delivery: ReceivedWebhook) -> str:
+    """One line per delivery, times in UTC; 'late by' is the arrival minus publish_at."""
     data = delivery.body.get("data", {})
     lag = delivery.lag_seconds
-    lag_text = f"{lag * 1000:+.0f} ms" if lag is not None else "?"
-    arrived = datetime.fromtimestamp(delivery.arrived_at).strftime("%H:%M:%S.%f")[:-3]
+    try:
+        due = clock(datetime.fromisoformat(data["publish_at"]))
+    except (KeyError, TypeError, ValueError):
+        due = "?"
     mark = "" if delivery.verified else "  (BAD SIGNATURE)"
     return (
-        f"{arrived}  webhook {data.get('id', '?')[:8]}  {data.get('target_key', '?')}"
-        f"  thing={data.get('thing_id') or '-'}  due {data.get('publish_at', '?')[11:23]}"
-        f"  arrived {lag_text}{mark}"
+        f"{clock(delivery.arrived_at)}  webhook {str(data.get('id', '?'))[:8]}"
+        f"  {data.get('target_key', '?')}  thing={data.get('thing_id') or '-'}  due {due}"
+        f"  arrived {lateness(lag) if lag is not None else '(no due time)'}{mark}"
     )
