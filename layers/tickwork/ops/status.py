@@ -143,13 +143,13 @@ def render(status: Status) -> str:
     lines.append(f"dispatch: {enabled}; paused action types: {paused}  [{status.switches_from}]")
     lines.append("")
     if status.backlog:
-        lines.append(f"{'backlog':<16}{'queued':>8}{'due now':>9}  {'oldest due':<14}next due")
+        lines.append(f"{'backlog':<16}{'queued':>8}{'due now':>9}  {'oldest due':<18}next due")
         for row in status.backlog:
             oldest = row["oldest_due_age_seconds"]
             nxt = row["next_due"]
             lines.append(
                 f"{row['action_type']:<16}{row['queued']:>8}{row['due']:>9}  "
-                f"{(duration(oldest) + ' ago') if oldest is not None else '-':<14}"
+                f"{(duration(oldest) + ' ago') if oldest is not None else '-':<18}"
                 f"{relative(nxt, now) + ' (' + stamp(nxt)[11:19] + ')' if nxt else '-'}"
             )
     else:

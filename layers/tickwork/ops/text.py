@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 def duration(seconds: float) -> str:
     """`4 ms`, `1.2 s`, `14 min 48 s`, `3 h 2 min`, `2 d 3 h` (sign dropped)."""
     s = abs(seconds)
-    if s < 1:
+    if s < 0.9995:
         return f"{s * 1000:.0f} ms"
-    if s < 60:
+    if s < 59.95:
         return f"{s:.1f} s"
     minutes, secs = divmod(round(s), 60)
     if minutes < 60:
