@@ -31,9 +31,12 @@ DEFAULT_SPAN = timedelta(days=31)
 def default_range(
     start: datetime | None, end: datetime | None, now: datetime
 ) -> tuple[datetime, datetime]:
-    """The range a calendar request means: as given, else from 24 h ago, for 31 days."""
+    """The range a calendar request means: as given; `from` else 24 h ago (31 days before
+    `to` when `to` is earlier than that); `to` else 31 days after `from`."""
     if start is None:
-        start = (end - DEFAULT_SPAN) if end is not None else now - DEFAULT_LOOKBACK
+        start = now - DEFAULT_LOOKBACK
+        if end is not None and end <= start:
+            start = end - DEFAULT_SPAN
     if end is None:
         end = start + DEFAULT_SPAN
     return start, end
