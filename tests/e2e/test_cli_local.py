@@ -31,8 +31,9 @@ def dev(database_url, monkeypatch) -> Iterator[LocalRuntime]:
     monkeypatch.delenv("TICKWORK_QUEUE_URLS", raising=False)
     root = data_dir()
     with LocalRuntime(database_url, Settings(), jwt=LocalJwt(jwt_key_file(root))) as local:
-        DevServer(os.getpid(), local.api.url, local.receiver.url, database_url, True,
-                  []).write(root)  # fmt: skip
+        DevServer(os.getpid(), local.api.url, local.receiver.url, database_url, True, []).write(
+            root
+        )
         yield local
     DevServer.clear(root, os.getpid())
 
@@ -61,15 +62,51 @@ def wait_for(capsys, action_id: str, status: str, timeout: float = 15) -> dict[s
 
 def test_actions_schedule_list_show_cancel_retry_with_the_apis_rules(dev, conn, capsys):
     # Given a workspace and an admin made as the README says
-    assert run(capsys, "token", "--workspace", "Acme", "--create", "--admin",
-               "--timezone", "America/New_York")[0] == 0  # fmt: skip
+    assert (
+        run(
+            capsys,
+            "token",
+            "--workspace",
+            "Acme",
+            "--create",
+            "--admin",
+            "--timezone",
+            "America/New_York",
+        )[0]
+        == 0
+    )
     acme = ["--workspace", "Acme"]
     # When one action is scheduled 1 s ahead and one at a wall time New York skips
-    soon = run_json(capsys, "actions", "schedule", *acme, "--type", "webhook",
-                    "--target", "primary", "--in", "1s", "--payload", '{"text": "hi"}')  # fmt: skip
-    skipped = run_json(capsys, "actions", "schedule", *acme, "--type", "webhook",
-                       "--target", "primary", "--thing", "dst", "--date", "2027-03-14",
-                       "--time", "02:30")  # fmt: skip
+    soon = run_json(
+        capsys,
+        "actions",
+        "schedule",
+        *acme,
+        "--type",
+        "webhook",
+        "--target",
+        "primary",
+        "--in",
+        "1s",
+        "--payload",
+        '{"text": "hi"}',
+    )
+    skipped = run_json(
+        capsys,
+        "actions",
+        "schedule",
+        *acme,
+        "--type",
+        "webhook",
+        "--target",
+        "primary",
+        "--thing",
+        "dst",
+        "--date",
+        "2027-03-14",
+        "--time",
+        "02:30",
+    )
     # Then the API's answers come back, saying how the wall time was read
     assert soon["resolved"] is None
     assert skipped["resolved"]["rule"] == "skipped_moved_forward"
@@ -115,11 +152,25 @@ def test_refusals_are_the_apis_code_and_message(dev, capsys):
         .execute("select id from workspaces where name = 'Acme'")
         .fetchone()[0]
     )
-    direct = httpx.post(f"{dev.api.url}/v1/actions", json=body, headers={
-        "Authorization": f"Bearer {token}", "X-Workspace-Id": str(workspace_id)}).json()  # fmt: skip
-    code, out, err = run(capsys, "actions", "schedule", "--workspace", "Acme", "--type",
-                         "webhook", "--target", "nowhere", "--at", "2030-01-01T00:00:00Z",
-                         "--json")  # fmt: skip
+    direct = httpx.post(
+        f"{dev.api.url}/v1/actions",
+        json=body,
+        headers={"Authorization": f"Bearer {token}", "X-Workspace-Id": str(workspace_id)},
+    ).json()
+    code, out, err = run(
+        capsys,
+        "actions",
+        "schedule",
+        "--workspace",
+        "Acme",
+        "--type",
+        "webhook",
+        "--target",
+        "nowhere",
+        "--at",
+        "2030-01-01T00:00:00Z",
+        "--json",
+    )
     assert code == 1
     assert json.loads(out) == direct
     assert f"HTTP 422 {direct['error']['code']}: {direct['error']['message']}" in err
@@ -131,8 +182,13 @@ def test_refusals_are_the_apis_code_and_message(dev, capsys):
 def test_status_and_redrive_reach_the_dev_process_queues(dev, capsys):
     # Given a dead letter in the running process's log queue
     queue = dev.queues.queue("log")
-    body = json.dumps({"id": "00000000-0000-0000-0000-000000000000", "type": "log",
-                       "due_at": "2026-01-01T00:00:00+00:00"})  # fmt: skip
+    body = json.dumps(
+        {
+            "id": "00000000-0000-0000-0000-000000000000",
+            "type": "log",
+            "due_at": "2026-01-01T00:00:00+00:00",
+        }
+    )
     queue.dead_letters.append(Message("dead-1", body, 0.0, receive_count=5))
     # When status is asked, it shows it, from the dev process
     found = run_json(capsys, "status")
@@ -175,8 +231,9 @@ def busy_port() -> socket.socket:
     return holder
 
 
-@pytest.mark.parametrize(("flag", "what"), [("--api-port", "the HTTP API"),
-                                            ("--receiver-port", "the webhook receiver")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flag", "what"), [("--api-port", "the HTTP API"), ("--receiver-port", "the webhook receiver")]
+)
 def test_a_busy_port_names_itself_and_its_flag(flag, what, database_url, capsys):
     with busy_port() as holder:
         port = holder.getsockname()[1]

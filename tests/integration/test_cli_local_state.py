@@ -22,9 +22,21 @@ def test_token_creates_the_workspace_and_an_admin_membership(
 ):
     monkeypatch.chdir(tmp_path)
     root = tmp_path / "state"
-    args = ["token", "--workspace", "Initech", "--user", "peter", "--admin", "--create",
-            "--timezone", "Europe/Paris", "--database-url", database_url,
-            "--data-dir", str(root)]  # fmt: skip
+    args = [
+        "token",
+        "--workspace",
+        "Initech",
+        "--user",
+        "peter",
+        "--admin",
+        "--create",
+        "--timezone",
+        "Europe/Paris",
+        "--database-url",
+        database_url,
+        "--data-dir",
+        str(root),
+    ]
     assert cli.main(args) == 0
     token = capsys.readouterr().out.strip()
     claims = LocalJwt(jwt_key_file(root)).verify(f"Bearer {token}")
@@ -64,9 +76,14 @@ def test_the_data_dir_comes_from_the_flag_then_the_environment(tmp_path, monkeyp
 
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*TICKWORK, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+        [*TICKWORK, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
         check=False,
-    )  # fmt: skip
+    )
 
 
 def test_commands_from_other_folders_share_the_embedded_database_and_key(tmp_path):
@@ -117,15 +134,17 @@ def test_reset_without_a_terminal_wants_yes(tmp_path, monkeypatch, capsys):
 def test_reset_refuses_while_tickwork_dev_runs(tmp_path, capsys):
     root = data_dir(tmp_path / "data")
     jwt_key_file(root).write_text("k")
-    DevServer(os.getpid(), "http://127.0.0.1:1", "http://127.0.0.1:2/hooks", "postgresql://x",
-              True, []).write(root)  # fmt: skip
+    DevServer(
+        os.getpid(), "http://127.0.0.1:1", "http://127.0.0.1:2/hooks", "postgresql://x", True, []
+    ).write(root)
     assert cli.main(["reset", "--yes", "--data-dir", str(root)]) == 2
     assert f"(pid {os.getpid()}) is using" in capsys.readouterr().err
     assert jwt_key_file(root).exists()
 
 
-@pytest.mark.parametrize("command", ["migrate", "dev", "demo", "token", "status", "redrive",
-                                     "reset", "actions"])  # fmt: skip
+@pytest.mark.parametrize(
+    "command", ["migrate", "dev", "demo", "token", "status", "redrive", "reset", "actions"]
+)
 def test_every_command_answers_version(command, capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main([command, "--version"])

@@ -16,8 +16,18 @@ from tickwork import cli
 from tickwork import runtime as runtime_slot
 
 
-def insert(conn, workspace, *, status="queued", error_code=None, due="now()", submitted=None,
-           finished=None, action_type="webhook", next_attempt=None) -> None:  # fmt: skip
+def insert(
+    conn,
+    workspace,
+    *,
+    status="queued",
+    error_code=None,
+    due="now()",
+    submitted=None,
+    finished=None,
+    action_type="webhook",
+    next_attempt=None,
+) -> None:
     conn.execute(
         "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at,"
         f" status, error_code, submitted_at, finished_at, next_attempt_at) values (%s, %s,"
@@ -38,16 +48,42 @@ def busy(conn) -> dict[str, Any]:
     insert(conn, other, due="now() + interval '1 minute'")
     done = "now() - interval '10 minutes'"
     for late_ms in (4, 6, 8, 1000):
-        insert(conn, ws, status="published", due=done, finished="now()",
-               submitted=f"now() - interval '10 minutes' + interval '{late_ms} milliseconds'")  # fmt: skip
-    insert(conn, ws, status="failed", error_code="provider_rejected", due=done,
-           submitted=done, finished="now()")  # fmt: skip
-    insert(conn, ws, status="failed", error_code="stuck", due=done, submitted=done,
-           finished="now()")  # fmt: skip
-    insert(conn, ws, status="failed", error_code="ambiguous", due="now() - interval '3 hours'",
-           submitted="now() - interval '3 hours'", finished="now() - interval '2 hours'")  # fmt: skip
-    insert(conn, ws, status="submitted", due="now() - interval '1 hour'",
-           submitted="now() - interval '59 minutes'")  # fmt: skip
+        insert(
+            conn,
+            ws,
+            status="published",
+            due=done,
+            finished="now()",
+            submitted=f"now() - interval '10 minutes' + interval '{late_ms} milliseconds'",
+        )
+    insert(
+        conn,
+        ws,
+        status="failed",
+        error_code="provider_rejected",
+        due=done,
+        submitted=done,
+        finished="now()",
+    )
+    insert(
+        conn, ws, status="failed", error_code="stuck", due=done, submitted=done, finished="now()"
+    )
+    insert(
+        conn,
+        ws,
+        status="failed",
+        error_code="ambiguous",
+        due="now() - interval '3 hours'",
+        submitted="now() - interval '3 hours'",
+        finished="now() - interval '2 hours'",
+    )
+    insert(
+        conn,
+        ws,
+        status="submitted",
+        due="now() - interval '1 hour'",
+        submitted="now() - interval '59 minutes'",
+    )
     return {"ws": ws, "other": other}
 
 
@@ -64,13 +100,25 @@ def test_status_json_has_backlog_lag_outcomes_and_what_needs_a_person(
     monkeypatch.delenv("TICKWORK_QUEUE_URLS", raising=False)
     found = status_json(capsys, "--database-url", database_url)
     assert set(found) == {
-        "generated_at", "window_seconds", "workspace_id", "dispatch", "backlog", "next_due",
-        "oldest_due_age_seconds", "lag_ms", "outcomes", "attention", "queues", "queues_from",
+        "generated_at",
+        "window_seconds",
+        "workspace_id",
+        "dispatch",
+        "backlog",
+        "next_due",
+        "oldest_due_age_seconds",
+        "lag_ms",
+        "outcomes",
+        "attention",
+        "queues",
+        "queues_from",
         "notes",
-    }  # fmt: skip
+    }
     assert found["dispatch"] == {
-        "enabled": True, "paused_action_types": ["log"], "from": "this shell's environment",
-    }  # fmt: skip
+        "enabled": True,
+        "paused_action_types": ["log"],
+        "from": "this shell's environment",
+    }
     backlog = {row["action_type"]: row for row in found["backlog"]}
     assert backlog["webhook"]["queued"] == 3  # both workspaces
     assert backlog["webhook"]["due"] == 1
@@ -83,8 +131,11 @@ def test_status_json_has_backlog_lag_outcomes_and_what_needs_a_person(
     assert found["lag_ms"]["p99"] > 500
     assert set(found["lag_ms"]["by_action_type"]) == {"webhook"}
     outcomes = {(o["status"], o["error_code"]): o["count"] for o in found["outcomes"]}
-    assert outcomes == {("published", None): 4, ("failed", "provider_rejected"): 1,
-                        ("failed", "stuck"): 1}  # fmt: skip
+    assert outcomes == {
+        ("published", None): 4,
+        ("failed", "provider_rejected"): 1,
+        ("failed", "stuck"): 1,
+    }
     assert found["attention"] == {"stuck": 1, "ambiguous": 1, "submitted_too_long": 1}
     assert found["queues"] is None
     assert "no `tickwork dev` is running" in found["notes"][0]
@@ -128,8 +179,9 @@ def queues(sqs, monkeypatch) -> dict[str, str]:
     urls = {}
     for name in ("webhook", "log"):
         dlq = sqs.create_queue(QueueName=f"tickwork-{name}-dlq")["QueueUrl"]
-        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])[
-            "Attributes"]["QueueArn"]  # fmt: skip
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
         policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5})
         urls[name] = sqs.create_queue(
             QueueName=f"tickwork-{name}", Attributes={"RedrivePolicy": policy}
@@ -152,8 +204,11 @@ def test_status_in_aws_shows_each_queue_and_its_dead_letters(sqs, queues, databa
     found = status_json(capsys, "--database-url", database_url)
     assert found["queues_from"] == "SQS"
     assert found["queues"]["webhook"] == {
-        "visible": 0, "delayed": 1, "in_flight": 0, "dead_letters": 1,
-    }  # fmt: skip
+        "visible": 0,
+        "delayed": 1,
+        "in_flight": 0,
+        "dead_letters": 1,
+    }
     assert found["queues"]["log"]["dead_letters"] == 0
     assert cli.main(["status", "--database-url", database_url]) == 0
     assert "dead letters 1  <- `tickwork redrive`" in capsys.readouterr().out

@@ -16,9 +16,17 @@ from tickwork.wallclock import describe_resolution
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(0.004, "4 ms"), (0.9994, "999 ms"), (1.25, "1.2 s"), (59.96, "1 min"), (888.648, "14 min 49 s"),
-     (3 * 3600 + 125, "3 h 2 min"), (2 * 86400 + 3 * 3600, "2 d 3 h"), (-0.002, "2 ms")],
-)  # fmt: skip
+    [
+        (0.004, "4 ms"),
+        (0.9994, "999 ms"),
+        (1.25, "1.2 s"),
+        (59.96, "1 min"),
+        (888.648, "14 min 49 s"),
+        (3 * 3600 + 125, "3 h 2 min"),
+        (2 * 86400 + 3 * 3600, "2 d 3 h"),
+        (-0.002, "2 ms"),
+    ],
+)
 def test_durations_read_as_people_say_them(seconds, text):
     assert duration(seconds) == text
 
@@ -32,9 +40,19 @@ def test_lateness_and_clock():
 
 def test_a_delivery_line_has_both_times_in_utc_and_its_lateness():
     due = datetime(2026, 5, 1, 6, 58, 44, tzinfo=UTC)  # on a whole second
-    delivery = ReceivedWebhook("msg_x", due.timestamp() + 888.648, True, {"data": {
-        "id": "27307ae6-0000", "target_key": "primary", "thing_id": "t",
-        "publish_at": due.isoformat()}})  # fmt: skip
+    delivery = ReceivedWebhook(
+        "msg_x",
+        due.timestamp() + 888.648,
+        True,
+        {
+            "data": {
+                "id": "27307ae6-0000",
+                "target_key": "primary",
+                "thing_id": "t",
+                "publish_at": due.isoformat(),
+            }
+        },
+    )
     assert describe(delivery) == (
         "07:13:32.648  webhook 27307ae6  primary  thing=t  due 06:58:44.000"
         "  arrived late by 14 min 49 s"
@@ -43,9 +61,14 @@ def test_a_delivery_line_has_both_times_in_utc_and_its_lateness():
 
 def test_the_demo_table_says_claimed_not_fired():
     due = datetime(2026, 5, 1, 6, 58, 44, tzinfo=UTC)
-    row = {"id": "abcdef12-x", "thing_id": "demo-1", "publish_at": due.isoformat(),
-           "status": "published", "submitted_at": (due + timedelta(milliseconds=3)).isoformat(),
-           "rescheduled_from": None}  # fmt: skip
+    row = {
+        "id": "abcdef12-x",
+        "thing_id": "demo-1",
+        "publish_at": due.isoformat(),
+        "status": "published",
+        "submitted_at": (due + timedelta(milliseconds=3)).isoformat(),
+        "rescheduled_from": None,
+    }
     table = render([row], due)
     assert "claimed" in table.splitlines()[0]
     assert "06:58:44.00" in table
@@ -96,3 +119,19 @@ def test_in_process_redrive_puts_dead_letters_back_with_a_fresh_count():
     again = queue.receive()
     assert [(m.body, m.receive_count) for m in again] == [("a", 1)]
     assert queue.depth() == {"visible": 0, "delayed": 0, "in_flight": 1, "dead_letters": 0}
+
+
+def test_the_local_receiver_refuses_a_fail_once_webhook_once():
+    from tickwork.local.receiver import WebhookReceiver
+    from tickwork.local.runner import DEV_WEBHOOK_SECRET
+
+    receiver = WebhookReceiver(DEV_WEBHOOK_SECRET)
+    try:
+        body = {"data": {"payload": {"fail_once": True}}}
+        first = ReceivedWebhook("msg_1", 0.0, True, body)
+        assert receiver.answer(first) == 400
+        assert receiver.answer(first) == 204  # the retry goes through
+        assert receiver.answer(ReceivedWebhook("msg_2", 0.0, False, body)) == 401
+        assert receiver.answer(ReceivedWebhook("msg_3", 0.0, True, {})) == 204
+    finally:
+        receiver.server.server_close()
