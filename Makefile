@@ -22,14 +22,15 @@ install: $(STAMP)
 
 # Runs Tickwork locally: embedded Postgres (unless DATABASE_URL is set), tick, queues,
 # dispatchers, API and a webhook receiver.
+# Options pass through ARGS, e.g. make dev ARGS='--api-port 9788 --receiver-port 9787'.
 dev: $(STAMP)
-	$(BIN)/tickwork dev
+	$(BIN)/tickwork dev $(ARGS)
 
 demo: $(STAMP)
 	$(BIN)/tickwork demo
 
 status: $(STAMP)
-	$(BIN)/tickwork status
+	$(BIN)/tickwork status $(ARGS)
 
 # Deletes the local data directory's database and JWT key (asks first; `tickwork reset --yes`
 # does not).
