@@ -353,7 +353,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
         )
         if answer.strip().lower() != "yes":
             print("nothing deleted.")
-            return 1
+            return 0
     data = pgdata(root)
     if (data / "postmaster.pid").exists():
         from tickwork.local.embedded import EmbeddedPostgres
@@ -467,7 +467,13 @@ ACTION_HEADER = (
 
 
 def _show(a: dict[str, Any]) -> str:
-    lines = [f"{key:<22}{value}" for key, value in a.items() if key != "payload"]
+    lines = [
+        f"{key:<22}{'-' if value is None else value}"
+        for key, value in a.items()
+        if key not in ("payload", "resolved")
+    ]
+    if a.get("resolved"):
+        lines.append(f"{'resolved':<22}{a['resolved']['rule']}: {a['resolved']['note'] or 'exact'}")
     lines.append(f"{'payload':<22}{json.dumps(a['payload'])}")
     return "\n".join(lines)
 

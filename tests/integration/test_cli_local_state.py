@@ -117,7 +117,7 @@ def test_reset_asks_first_and_keeps_everything_on_no(tmp_path, monkeypatch, caps
     jwt_key_file(data_dir(root)).write_text("k")
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
     monkeypatch.setattr("builtins.input", lambda prompt: "no")
-    assert cli.main(["reset", "--data-dir", str(root)]) == 1
+    assert cli.main(["reset", "--data-dir", str(root)]) == 0
     assert jwt_key_file(root).exists()
     assert "nothing deleted" in capsys.readouterr().out
 
