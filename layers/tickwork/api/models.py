@@ -233,3 +233,6 @@ class IntentOut(BaseModel):
     reconciled: ReconcileOut | None = Field(
         default=None, description="what reconciling did, on a write"
     )
+    resolved: ResolvedOut | None = Field(
+        default=None, description="how the wall time is read in its zone, when it has one"
+    )
