@@ -324,9 +324,18 @@ def _transition(conn: Connection, sql: Any, params: dict[str, Any]) -> Transitio
     return Transition(changed=bool(row["changed"]), action=action_from_row(row))
 
 
-def cancel(conn: Connection, workspace_id: UUID, action_id: UUID) -> Transition:
-    """queued → cancelled. Unchanged (with the row) when it is past queued."""
-    return _transition(conn, _CANCEL, {"id": action_id, "workspace_id": workspace_id})
+def cancel(
+    conn: Connection,
+    workspace_id: UUID,
+    action_id: UUID,
+    *,
+    reason: str | None = None,
+    message: str | None = None,
+) -> Transition:
+    """queued → cancelled. Unchanged (with the row) when it is past queued. A producer
+    cancelling a row it made names why (`reason` becomes the row's error_code)."""
+    params = {"id": action_id, "workspace_id": workspace_id, "reason": reason, "message": message}
+    return _transition(conn, _CANCEL, params)
 
 
 def retry(conn: Connection, workspace_id: UUID, action_id: UUID, settings: Settings) -> Transition:
