@@ -86,6 +86,12 @@ class Settings(BaseModel):
     # How far the dispatcher's clock may run ahead of the database's without a row being
     # refused as not yet due.
     clock_skew_tolerance_seconds: float = Field(default=0.5, ge=0)
+    # When the database is unreachable: how long a dispatcher waits for it before failing
+    # the batch, and how long the failed messages then stay hidden (base, doubled per
+    # receive, capped below the queue's visibility timeout) instead of the whole timeout.
+    database_wait_seconds: float = Field(default=5.0, ge=0)
+    retry_visibility_base_seconds: float = Field(default=5.0, ge=0)
+    retry_visibility_cap_seconds: float = Field(default=300.0, ge=0, le=43200)
 
     # Reconciler (schedule intents -> scheduled_actions).
     # Age gate: a row younger than this is never cancelled by the reconciler.

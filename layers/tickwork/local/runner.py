@@ -21,9 +21,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from tickwork import migrate, runtime
+from tickwork import migrate, runtime, tick
 from tickwork.config import ActionTypeConfig, Settings
-from tickwork.db import Database
+from tickwork.db import Database, connect
 from tickwork.local import handlers
 from tickwork.local.api_server import ApiServer
 from tickwork.local.auth import LocalJwt
@@ -150,6 +150,12 @@ class LocalRuntime:
         for name in ("tick", "dispatcher", "expander", "reconciler"):
             handlers.load(name)
         runtime.install(self.runtime)
+        # The in-process queue starts empty: rows a previous run had enqueued are released
+        # now, not after the redelivery timeout.
+        with connect(self.database_url) as conn:
+            released = tick.release_enqueued(conn, list(self.settings.action_types))
+        if released:
+            log.warning("released %d rows enqueued by a previous run", released)
         self.receiver.start()
         self.api.start()
         self._spawn("tick", self._cron, "tick", self.tick_interval, TICK_TIMEOUT_SECONDS,
