@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install dev demo test test-unit lint format bench build deploy clean
+.PHONY: install dev demo test test-unit lint format bench chaos build deploy clean
 
 # A virtualenv with tickwork (editable) and the dev tools; redone when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -43,6 +43,12 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m tickwork.bench
+
+# Fault injection (not a test): processes, duplicate deliveries, kill -9, a restart of its own
+# embedded Postgres, a hostile receiver; prints its figures. `tests/integration/test_chaos.py`
+# runs the small variant (`python -m tickwork.chaos --small`).
+chaos: $(STAMP)
+	$(BIN)/python -m tickwork.chaos
 
 # --- AWS --------------------------------------------------------------------------------
 build: $(STAMP)

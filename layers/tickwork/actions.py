@@ -384,9 +384,12 @@ def claim(
     *,
     early_tolerance: float = 0.0,
     max_lateness: float | None = None,
+    reclaim_after: float | None = None,
 ) -> list[Action]:
     """queued → submitted for every id that is queued, due (allowing `early_tolerance` seconds
-    of clock skew) and not later than `max_lateness`; one statement for the batch."""
+    of clock skew) and not later than `max_lateness`; one statement for the batch. With
+    `reclaim_after`, also a row left `submitted` longer than that by a claimer that died
+    (only for providers that deduplicate: the call may be made a second time)."""
     if not ids:
         return []
     params = {
@@ -394,6 +397,7 @@ def claim(
         "action_type": action_type,
         "early_tolerance": early_tolerance,
         "max_lateness": max_lateness,
+        "reclaim_after": reclaim_after,
     }
     with conn.cursor(row_factory=class_row(Action)) as cur:
         return cur.execute(_CLAIM, params).fetchall()

@@ -65,8 +65,6 @@ FINALIZE_RETRY_BASE_SECONDS = 0.2
 FINALIZE_RETRY_CAP_SECONDS = 2.0
 # When the dispatcher is called without an end (tests, tools), finalize retries this long.
 DEFAULT_FINALIZE_BUDGET_SECONDS = 30.0
-# The longest Retry-After honoured (a receiver asking for more is tried again after a day).
-MAX_RETRY_AFTER_SECONDS = 86400.0
 # Outcomes kept by the process for its next invocation, at most.
 MAX_PENDING_OUTCOMES = 10_000
 INFRASTRUCTURE_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
@@ -106,14 +104,14 @@ def backoff_seconds(
     max_delay: float | None = None,
 ) -> float:
     """Exponential backoff with equal jitter, never sooner than the provider's Retry-After.
-    A Retry-After is honoured up to `max_delay` (the action type's max lateness) and at most
-    a day, so a receiver's huge, negative or unreadable value can neither overflow the
-    arithmetic nor park a row for ever."""
+    A Retry-After is honoured up to `max_retry_after_seconds` (and `max_delay`, the action
+    type's max lateness), so a receiver's huge, negative or unreadable value can neither
+    overflow the arithmetic nor park a row for ever."""
     exponential = settings.backoff_base_seconds * 2.0 ** min(max(0, attempt - 1), 64)
     ceiling = min(settings.backoff_cap_seconds, exponential)
     delay = ceiling / 2 + rand() * ceiling / 2
     if retry_after is not None and math.isfinite(retry_after) and retry_after > 0:
-        limit = min(MAX_RETRY_AFTER_SECONDS, max_delay or MAX_RETRY_AFTER_SECONDS)
+        limit = min(settings.max_retry_after_seconds, max_delay or math.inf)
         delay = max(delay, min(retry_after, limit))
     return delay
 
@@ -340,7 +338,7 @@ class Dispatcher:
                         cutoff = self.clock() + timedelta(seconds=WAVE_SECONDS)
                         due = [entry for entry in pending if entry.due_at <= cutoff]
                         pending = pending[len(due) :]
-                        claimed = self._claim(action_type, due, config, end)
+                        claimed = self._claim(action_type, due, config, provider.idempotent, end)
                         if claimed is None:
                             wave.retry_later.extend(e.action_id for e in due + pending)
                             pending = []
@@ -365,9 +363,16 @@ class Dispatcher:
                 pool.shutdown()
 
     def _claim(
-        self, action_type: str, due: list[DecodedBody], config: ActionTypeConfig, end: float
+        self,
+        action_type: str,
+        due: list[DecodedBody],
+        config: ActionTypeConfig,
+        idempotent: bool,
+        end: float,
     ) -> list[Action] | None:
-        """The claim of one wave; None when the database stayed unreachable."""
+        """The claim of one wave; None when the database stayed unreachable. Rows whose
+        claimer died are claimed again only when the provider deduplicates."""
+        reclaim_after = self.settings.reclaim_after_seconds if idempotent else None
         for attempt in range(2):
             try:
                 return actions.claim(
@@ -376,6 +381,7 @@ class Dispatcher:
                     [entry.action_id for entry in due],
                     early_tolerance=self.settings.clock_skew_tolerance_seconds,
                     max_lateness=config.max_lateness_seconds,
+                    reclaim_after=reclaim_after,
                 )
             except INFRASTRUCTURE_ERRORS:
                 logger.warning("claim failed: the database is unavailable", exc_info=True)

@@ -364,3 +364,46 @@ def test_an_answer_the_database_cannot_store_strands_no_sibling(conn, workspace,
     stored = row(conn, ids[0])["last_error"]
     assert stored.startswith("HTTP 400: badbody")
     assert len(stored) <= 2000
+
+
+# ---------------------------- a dead dispatcher's rows are claimed again (dedupe)
+
+
+def test_a_row_left_submitted_by_a_dead_dispatcher_is_claimed_again_by_its_message(
+    conn, workspace, runtime, now
+):
+    from tickwork import actions
+
+    # Given a dispatcher claimed two rows long ago and died; a third was claimed just now
+    ids = seed(conn, workspace, 3, now - timedelta(seconds=1))
+    assert len(actions.claim(conn, "log", ids)) == 3
+    conn.execute(
+        "update scheduled_actions set submitted_at = now() - interval '1 hour' where id = any(%s)",
+        (ids[:2],),
+    )
+    # When their messages come back (the dead dispatcher never deleted them)
+    result = Dispatcher(runtime).dispatch([(f"m{i}", body(x, now)) for i, x in enumerate(ids)])
+    # Then the provider, which deduplicates, gets the old two again; the live claim is left
+    assert result.summary.published == 2
+    assert [row(conn, i)["status"] for i in ids] == ["published", "published", "submitted"]
+    assert row(conn, ids[0])["attempt_count"] == 2
+
+
+@pytest.mark.parametrize("idempotent", [False])
+def test_a_provider_that_cannot_deduplicate_never_gets_a_dead_claim_again(
+    conn, workspace, runtime, now, idempotent
+):
+    from tickwork import actions
+
+    class Once(ScriptedProvider):
+        pass
+
+    provider = Once({})
+    provider.idempotent = idempotent
+    runtime.providers.register("log", provider)
+    [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
+    assert actions.claim(conn, "log", [action_id])
+    conn.execute("update scheduled_actions set submitted_at = now() - interval '1 hour'")
+    result = Dispatcher(runtime).dispatch([("m", body(action_id, now))])
+    assert (result.summary.claimed, result.summary.skipped) == (0, 1)
+    assert row(conn, action_id)["status"] == "submitted"  # the tick fails it as stuck
