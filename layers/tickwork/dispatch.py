@@ -94,6 +94,10 @@ class DispatchSummary:
 class DispatchResult:
     failed_message_ids: list[str]
     summary: DispatchSummary
+    # Among the failed, messages of rows whose outcome is unwritten: they come back only
+    # after `reclaim_after_seconds`, when the outcome is written or the row may be claimed
+    # again (deduplicating providers), never to a claim that would skip and delete them.
+    unwritten_message_ids: list[str] = field(default_factory=list)
 
 
 def backoff_seconds(
@@ -240,12 +244,14 @@ class Dispatcher:
             message_ids[decoded.action_id].append(message_id)
             by_type[decoded.action_type][decoded.action_id] = decoded
         failed: list[str] = []
+        unwritten: list[str] = []
         for action_type, entries in by_type.items():
-            redeliver = self._dispatch_type(
+            redeliver, outcome_unwritten = self._dispatch_type(
                 action_type, list(entries.values()), summary, deadline, end
             )
             failed.extend(mid for action_id in redeliver for mid in message_ids[action_id])
-        return DispatchResult(failed, summary)
+            unwritten.extend(mid for i in outcome_unwritten for mid in message_ids[i])
+        return DispatchResult(failed + unwritten, summary, unwritten)
 
     def _dispatch_type(
         self,
@@ -254,8 +260,9 @@ class Dispatcher:
         summary: DispatchSummary,
         deadline: float | None,
         end: float,
-    ) -> list[UUID]:
-        """Dispatch one type's rows; returns the ids whose messages must come back."""
+    ) -> tuple[list[UUID], list[UUID]]:
+        """Dispatch one type's rows; returns the ids whose messages must come back: for the
+        database, and for an outcome left unwritten."""
         provider = self._provider(action_type)
         config = self.settings.action_type(action_type)
         if provider is None or config is None:
@@ -265,15 +272,15 @@ class Dispatcher:
             except INFRASTRUCTURE_ERRORS:
                 logger.warning("database unavailable; the batch will be redelivered")
                 self.runtime.db.close()
-                return [e.action_id for e in entries]
+                return [e.action_id for e in entries], []
             summary.paused += len(entries)
-            return []
+            return [], []
         wave = _Wave()
         unwritten = self._claim_and_call(
             action_type, entries, provider, config, deadline, end, summary, wave
         )
         summary.skipped += len(wave.handed_back)
-        redeliver = wave.retry_later + unwritten
+        redeliver = list(wave.retry_later)
         if wave.handed_back:
             now = self.clock()
             try:
@@ -287,7 +294,7 @@ class Dispatcher:
                 logger.warning("database unavailable; handed-back rows will be redelivered")
                 self.runtime.db.close()
                 redeliver += [e.action_id for e in wave.handed_back]
-        return redeliver
+        return redeliver, unwritten
 
     def _provider(self, action_type: str) -> Provider | None:
         if not self.settings.dispatch_allowed(action_type):
@@ -632,8 +639,14 @@ def handle_sqs_event(
     )
     emit_metrics(result.summary)
     failed = set(result.failed_message_ids)
+    unwritten = set(result.unwritten_message_ids)
     if failed:
-        retry_soon(runtime, [r for r in records if r["messageId"] in failed])
+        retry_soon(runtime, [r for r in records if r["messageId"] in failed - unwritten])
+        retry_soon(
+            runtime,
+            [r for r in records if r["messageId"] in unwritten],
+            runtime.settings.reclaim_after_seconds + 1,
+        )
 
     def report(record: SQSRecord) -> None:
         if record.message_id in failed:
@@ -642,9 +655,12 @@ def handle_sqs_event(
     return dict(process_partial_response(event, report, _processor, context))
 
 
-def retry_soon(runtime: Runtime, records: Sequence[dict[str, Any]]) -> None:
-    """Shorten the visibility of messages about to be reported failed: base, doubled per
-    receive, capped (`retry_visibility_*`); without it SQS hides each for its whole timeout."""
+def retry_soon(
+    runtime: Runtime, records: Sequence[dict[str, Any]], seconds: int | None = None
+) -> None:
+    """Shorten the visibility of messages about to be reported failed: `seconds`, else base,
+    doubled per receive, capped (`retry_visibility_*`); without it SQS hides each for the
+    queue's whole visibility timeout."""
     settings = runtime.settings
     by_type: dict[str, list[VisibilityChange]] = defaultdict(list)
     for record in records:
@@ -656,10 +672,10 @@ def retry_soon(runtime: Runtime, records: Sequence[dict[str, Any]]) -> None:
             count = int(record.get("attributes", {}).get("ApproximateReceiveCount", "1"))
         except ValueError:
             count = 1
-        seconds = retry_visibility(
+        visibility = seconds or retry_visibility(
             count, settings.retry_visibility_base_seconds, settings.retry_visibility_cap_seconds
         )
-        by_type[decoded.action_type].append(VisibilityChange(handle, seconds))
+        by_type[decoded.action_type].append(VisibilityChange(handle, visibility))
     for action_type, changes in by_type.items():
         try:
             runtime.queues.change_visibility(action_type, changes)

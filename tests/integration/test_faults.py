@@ -111,6 +111,7 @@ def test_an_outcome_not_written_in_time_is_logged_kept_and_written_next_time(
     result = Dispatcher(outage).dispatch([("m1", body(action_id, now))], end=time.monotonic() + 1)
     # Then the message fails, the outcome is logged in a structured line and kept
     assert result.failed_message_ids == ["m1"]
+    assert result.unwritten_message_ids == ["m1"]  # back after reclaim_after, not at once
     assert result.summary.unwritten == 1
     [line] = [r for r in caplog.records if r.getMessage() == "outcome unwritten"]
     assert (line.action_id, line.outcome_status) == (str(action_id), "published")  # type: ignore[attr-defined]
