@@ -533,9 +533,14 @@ class _Run:
 
     def run(self) -> None:
         from tickwork import migrate
+        from tickwork.db import connect
 
         plan = self.plan
-        self.pg.tune_for_tests()
+        # No fsync (the machine does not crash, only Postgres does), but synchronous commits
+        # as in production: an acknowledged commit survives the restart.
+        with connect(self.pg.url(), autocommit=True) as conn:
+            conn.execute("alter system set fsync = off")
+            conn.execute("select pg_reload_conf()")
         self.url = self.pg.ensure_database("tickwork_chaos")
         migrate.migrate(self.url)
         self.receiver.start()
@@ -556,8 +561,6 @@ class _Run:
         self.watch(restarter, first_due + timedelta(seconds=plan.spread_seconds))
         self.report.outage_seconds = self.outage.get("seconds", 0.0)
         self.stop_workers()
-        from tickwork.db import connect
-
         server = self.manager.queue_server()  # type: ignore[attr-defined]
         self.report.dead_letters = int(server.dead_letters(ACTION_TYPE))
         with connect(self.url) as conn:
@@ -700,6 +703,39 @@ class _Kills:
         )
 
 
+def _judge_deliveries(
+    report: ChaosReport, action_id: str, status: str, calls: list[Received], kills: _Kills,
+    window: float, note: str,
+) -> None:  # fmt: skip
+    taken = [c for c in calls if 200 <= c.status < 300]
+    if len(taken) > 1:
+        first = taken[0]
+        if first.kind == "too_slow" or kills.explains(first, window):
+            report.duplicates_after_ambiguous_call += 1
+        elif action_id in kills.unwritten:
+            report.duplicates_after_unwritten_outcome += 1
+        else:
+            report.duplicate_deliveries += 1
+            report.notes.append(note)
+    if taken and status == "failed":
+        report.delivered_recorded_failed += 1
+        report.notes.append(note)
+
+
+def _judge_lateness(
+    report: ChaosReport, due: float, late: float, first: Received, kills: _Kills, note: str
+) -> None:
+    if late <= report.outage_seconds + LATENESS_ALLOWANCE_SECONDS:
+        return
+    # A row in the batch of a dispatcher killed before calling it waits for its message's
+    # visibility timeout (per kill): documented, counted apart.
+    if any(due - 2.0 <= at <= first.arrived_at for at in kills.dispatcher_kill_times):
+        report.late_after_dispatcher_kill += 1
+    else:
+        report.late_beyond_allowance += 1
+        report.notes.append(note)
+
+
 def _judge(
     report: ChaosReport,
     ids: list[UUID],
@@ -727,21 +763,8 @@ def _judge(
     before_outage: list[float] = []
     for action_id, (_, status, code, publish_at) in status_of.items():
         calls = by_id.get(action_id, [])
-        taken = [c for c in calls if 200 <= c.status < 300]
-        if len(taken) > 1:
-            first = taken[0]
-            if first.kind == "too_slow" or kills.explains(first, window):
-                report.duplicates_after_ambiguous_call += 1
-            elif action_id in kills.unwritten:
-                report.duplicates_after_unwritten_outcome += 1
-            else:
-                report.duplicate_deliveries += 1
-                report.notes.append(_note(action_id, status, code, publish_at, calls, kills,
-                                          outage_started))  # fmt: skip
-        if taken and status == "failed":
-            report.delivered_recorded_failed += 1
-            report.notes.append(_note(action_id, status, code, publish_at, calls, kills,
-                                      outage_started))  # fmt: skip
+        note = _note(action_id, status, code, publish_at, calls, kills, outage_started)
+        _judge_deliveries(report, action_id, status, calls, kills, window, note)
         if not calls:
             explained = code == "stuck" and action_id in kills.before_call
             report.never_called_after_kill_before_call += explained
@@ -751,18 +774,7 @@ def _judge(
         lateness.append(late)
         if outage_started and publish_at.timestamp() < outage_started:
             before_outage.append(late)
-            if late > report.outage_seconds + LATENESS_ALLOWANCE_SECONDS:
-                # A row in the batch of a dispatcher killed before calling it waits for its
-                # message's visibility timeout (per kill): documented, counted apart.
-                due = publish_at.timestamp()
-                if any(
-                    due - 2.0 <= at <= calls[0].arrived_at for at in kills.dispatcher_kill_times
-                ):
-                    report.late_after_dispatcher_kill += 1
-                else:
-                    report.late_beyond_allowance += 1
-                    report.notes.append(_note(action_id, status, code, publish_at, calls, kills,
-                                              outage_started))  # fmt: skip
+            _judge_lateness(report, publish_at.timestamp(), late, calls[0], kills, note)
     lateness.sort()
     if lateness:
         report.max_lateness_seconds = lateness[-1]
