@@ -355,6 +355,7 @@ class HostileReceiver:
         self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_port}/hook"
+        self._serving: threading.Thread | None = None
 
     def reply(self, action_id: str) -> tuple[str, int, dict[str, str], float]:
         with self._lock:
@@ -377,10 +378,12 @@ class HostileReceiver:
         return "ok", 204, {}, 0.0
 
     def start(self) -> None:
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self._serving = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._serving.start()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
+        if self._serving is not None:  # shutdown() waits for a loop that must be running
+            self.httpd.shutdown()
         self.httpd.server_close()
 
 
@@ -538,7 +541,7 @@ class _Run:
         plan = self.plan
         # No fsync (the machine does not crash, only Postgres does), but synchronous commits
         # as in production: an acknowledged commit survives the restart.
-        with connect(self.pg.url(), autocommit=True) as conn:
+        with connect(self.pg.url()) as conn:
             conn.execute("alter system set fsync = off")
             conn.execute("select pg_reload_conf()")
         self.url = self.pg.ensure_database("tickwork_chaos")
