@@ -547,7 +547,13 @@ class Dispatcher:
                 )
                 if finalization.status == "published":
                     fallback = actions.published(finalization.action_id, None)
-                actions.finalize(conn, [fallback])
+                try:
+                    actions.finalize(conn, [fallback])
+                except INFRASTRUCTURE_ERRORS:
+                    raise
+                except psycopg.Error:
+                    # Nothing about this row can be stored: it ends stuck, with this line.
+                    self._log_unwritten([finalization], exc)
 
     def _write_pending(self) -> None:
         """Outcomes an earlier invocation of this process could not write, written now."""
@@ -563,8 +569,14 @@ class Dispatcher:
             with _Pending.lock:
                 _Pending.outcomes = (kept + _Pending.outcomes)[-MAX_PENDING_OUTCOMES:]
 
+    @classmethod
+    def _keep_unwritten(cls, finalizations: list[Finalization], exc: Exception) -> None:
+        cls._log_unwritten(finalizations, exc)
+        with _Pending.lock:
+            _Pending.outcomes = (_Pending.outcomes + finalizations)[-MAX_PENDING_OUTCOMES:]
+
     @staticmethod
-    def _keep_unwritten(finalizations: list[Finalization], exc: Exception) -> None:
+    def _log_unwritten(finalizations: list[Finalization], exc: Exception) -> None:
         # The provider answered: this line is the record of what it said until the row has
         # it. The stuck-row runbook looks for it before anyone retries the row.
         for f in finalizations:
@@ -579,8 +591,6 @@ class Dispatcher:
                     "error": str(exc),
                 },
             )
-        with _Pending.lock:
-            _Pending.outcomes = (_Pending.outcomes + finalizations)[-MAX_PENDING_OUTCOMES:]
 
     @staticmethod
     def _count(finalizations: list[Finalization], summary: DispatchSummary) -> None:
