@@ -94,10 +94,11 @@ class DispatchSummary:
 class DispatchResult:
     failed_message_ids: list[str]
     summary: DispatchSummary
-    # Among the failed, messages of rows whose outcome is unwritten: they come back only
-    # after `reclaim_after_seconds`, when the outcome is written or the row may be claimed
-    # again (deduplicating providers), never to a claim that would skip and delete them.
-    unwritten_message_ids: list[str] = field(default_factory=list)
+    # Among the failed, messages of rows whose claim or outcome is uncertain (an outcome
+    # unwritten; a claim retried after an error, which may have committed unseen): they
+    # come back only after `reclaim_after_seconds`, when the row is finished or may be
+    # claimed again (deduplicating providers), never to a claim that would skip them.
+    uncertain_message_ids: list[str] = field(default_factory=list)
 
 
 def backoff_seconds(
@@ -203,6 +204,7 @@ class _Wave:
     def __init__(self) -> None:
         self.handed_back: list[DecodedBody] = []  # not claimed, or not due: back to the tick
         self.retry_later: list[UUID] = []  # not processed for the database: redeliver
+        self.uncertain: list[UUID] = []  # not claimed by a retried claim: maybe by the first
 
 
 class Dispatcher:
@@ -251,7 +253,7 @@ class Dispatcher:
             )
             failed.extend(mid for action_id in redeliver for mid in message_ids[action_id])
             unwritten.extend(mid for i in outcome_unwritten for mid in message_ids[i])
-        return DispatchResult(failed + unwritten, summary, unwritten)
+        return DispatchResult(failed + unwritten, summary, uncertain_message_ids=unwritten)
 
     def _dispatch_type(
         self,
@@ -262,7 +264,7 @@ class Dispatcher:
         end: float,
     ) -> tuple[list[UUID], list[UUID]]:
         """Dispatch one type's rows; returns the ids whose messages must come back: for the
-        database, and for an outcome left unwritten."""
+        database, and for a claim or outcome that is uncertain."""
         provider = self._provider(action_type)
         config = self.settings.action_type(action_type)
         if provider is None or config is None:
@@ -294,7 +296,7 @@ class Dispatcher:
                 logger.warning("database unavailable; handed-back rows will be redelivered")
                 self.runtime.db.close()
                 redeliver += [e.action_id for e in wave.handed_back]
-        return redeliver, unwritten
+        return redeliver, unwritten + wave.uncertain
 
     def _provider(self, action_type: str) -> Provider | None:
         if not self.settings.dispatch_allowed(action_type):
@@ -345,13 +347,11 @@ class Dispatcher:
                         cutoff = self.clock() + timedelta(seconds=WAVE_SECONDS)
                         due = [entry for entry in pending if entry.due_at <= cutoff]
                         pending = pending[len(due) :]
-                        claimed = self._claim(action_type, due, config, provider.idempotent, end)
+                        claimed = self._claim_wave(action_type, due, config, provider, end, wave)
                         if claimed is None:
                             wave.retry_later.extend(e.action_id for e in due + pending)
                             pending = []
                             continue
-                        claimed_ids = {action.id for action in claimed}
-                        wave.handed_back.extend(e for e in due if e.action_id not in claimed_ids)
                         summary.claimed += len(claimed)
                         for action in claimed:
                             outstanding += 1
@@ -369,6 +369,29 @@ class Dispatcher:
             if pool is not None:
                 pool.shutdown()
 
+    def _claim_wave(
+        self,
+        action_type: str,
+        due: list[DecodedBody],
+        config: ActionTypeConfig,
+        provider: Provider,
+        end: float,
+        wave: _Wave,
+    ) -> list[Action] | None:
+        """Claim one wave; rows not claimed go back to the tick, or, when the claim had to
+        be retried, come back later (the first try may have claimed them unseen)."""
+        result = self._claim(action_type, due, config, provider.idempotent, end)
+        if result is None:
+            return None
+        claimed, retried = result
+        claimed_ids = {action.id for action in claimed}
+        missed = [e for e in due if e.action_id not in claimed_ids]
+        if retried:
+            wave.uncertain.extend(e.action_id for e in missed)
+        else:
+            wave.handed_back.extend(missed)
+        return claimed
+
     def _claim(
         self,
         action_type: str,
@@ -376,13 +399,14 @@ class Dispatcher:
         config: ActionTypeConfig,
         idempotent: bool,
         end: float,
-    ) -> list[Action] | None:
-        """The claim of one wave; None when the database stayed unreachable. Rows whose
-        claimer died are claimed again only when the provider deduplicates."""
+    ) -> tuple[list[Action], bool] | None:
+        """The claim of one wave, and whether it was retried after an error (the first try
+        may then have claimed rows unseen); None when the database stayed unreachable.
+        Rows whose claimer died are claimed again only when the provider deduplicates."""
         reclaim_after = self.settings.reclaim_after_seconds if idempotent else None
         for attempt in range(2):
             try:
-                return actions.claim(
+                claimed = actions.claim(
                     self.runtime.db.connection(),
                     action_type,
                     [entry.action_id for entry in due],
@@ -390,6 +414,7 @@ class Dispatcher:
                     max_lateness=config.max_lateness_seconds,
                     reclaim_after=reclaim_after,
                 )
+                return claimed, attempt > 0
             except INFRASTRUCTURE_ERRORS:
                 logger.warning("claim failed: the database is unavailable", exc_info=True)
                 if attempt or not self._wait_for_database(end):
@@ -649,7 +674,7 @@ def handle_sqs_event(
     )
     emit_metrics(result.summary)
     failed = set(result.failed_message_ids)
-    unwritten = set(result.unwritten_message_ids)
+    unwritten = set(result.uncertain_message_ids)
     if failed:
         retry_soon(runtime, [r for r in records if r["messageId"] in failed - unwritten])
         retry_soon(

@@ -111,7 +111,7 @@ def test_an_outcome_not_written_in_time_is_logged_kept_and_written_next_time(
     result = Dispatcher(outage).dispatch([("m1", body(action_id, now))], end=time.monotonic() + 1)
     # Then the message fails, the outcome is logged in a structured line and kept
     assert result.failed_message_ids == ["m1"]
-    assert result.unwritten_message_ids == ["m1"]  # back after reclaim_after, not at once
+    assert result.uncertain_message_ids == ["m1"]  # back after reclaim_after, not at once
     assert result.summary.unwritten == 1
     [line] = [r for r in caplog.records if r.getMessage() == "outcome unwritten"]
     assert (line.action_id, line.outcome_status) == (str(action_id), "published")  # type: ignore[attr-defined]
@@ -175,6 +175,28 @@ def test_a_tick_killed_between_mark_and_send_strands_nothing(
         run_tick(conn, queues, settings)  # the server may take a moment to see the death
         time.sleep(0.05)
     assert sorted(queues.ids()) == sorted(ids)
+
+
+def test_a_claim_retried_after_an_error_keeps_the_message_of_a_row_it_may_have_claimed(
+    conn, workspace, runtime, proxy, now
+):
+    from tickwork import actions
+
+    # Given a claim that committed but whose answer was lost (the row is submitted, unseen)
+    [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
+    assert actions.claim(conn, "log", [action_id])
+    proxy.cut()
+    proxy.restore_after(0.5)
+    outage = proxied(runtime, proxy)
+    # When the retried claim does not get the row
+    result = Dispatcher(outage).dispatch([("m1", body(action_id, now))])
+    # Then its message is not dropped: it comes back after reclaim_after
+    assert result.uncertain_message_ids == ["m1"]
+    # And then claims the row again (the provider deduplicates) and publishes it
+    conn.execute("update scheduled_actions set submitted_at = now() - interval '1 hour'")
+    again = Dispatcher(outage).dispatch([("m1", body(action_id, now))])
+    assert again.summary.published == 1
+    assert row(conn, action_id)["status"] == "published"
 
 
 # ------------------------------------ 3. a local runtime restarted releases its queue
