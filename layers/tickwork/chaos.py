@@ -440,7 +440,7 @@ class ChaosReport:
         load = ", ".join(f"{x:.2f}" for x in self.load_before)
         load_after = ", ".join(f"{x:.2f}" for x in self.load_after)
         return [
-            f"command: {self.command}",
+            f"command: {self.command} ({self.elapsed_seconds:.0f} s)",
             f"machine: {self.cpus} cores, load average before {load}, after {load_after}",
             f"rows: {self.plan['rows']} over {self.plan['spread_seconds']:g} s;"
             f" {self.plan['ticks']} tick and {self.plan['dispatchers']} dispatcher processes"
