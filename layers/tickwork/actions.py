@@ -85,6 +85,7 @@ class Action:
     recurring_schedule_id: UUID | None
     created_at: datetime
     updated_at: datetime
+    connection_id: UUID | None = None  # the workspace connection it is sent through
 
     @property
     def due_at(self) -> datetime:
@@ -108,6 +109,7 @@ class NewAction:
     created_by: str | None = None
     rescheduled_from: UUID | None = None
     recurring_schedule_id: UUID | None = None
+    connection_id: UUID | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,39 @@
+"""Fake provider servers over real HTTP on loopback, speaking each provider's wire format."""
+
+from __future__ import annotations
+
+from tickwork.providers.http import OutboundPolicy
+
+# Fakes listen on loopback, which the outbound guard refuses unless allow-listed.
+LOOPBACK = OutboundPolicy.allowing(["127.0.0.0/8"])
+
+
+class OperatorLog:
+    """Every line the Tickwork logger writes while installed, formatted as in production."""
+
+    def __init__(self) -> None:
+        import logging
+
+        from tickwork.observability import logger
+
+        self.lines: list[str] = []
+        lines = self.lines
+
+        class Collect(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                lines.append(self.format(record))
+
+        self._logger = logger
+        self._handler = Collect()
+        self._handler.setFormatter(logger.registered_formatter)
+
+    def __enter__(self) -> OperatorLog:
+        self._logger.addHandler(self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self._handler)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)

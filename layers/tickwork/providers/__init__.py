@@ -8,15 +8,27 @@ from typing import Any
 
 from tickwork.config import Settings
 from tickwork.providers.base import Provider, ProviderError
+from tickwork.providers.http import OutboundPolicy, UnsafeDestinationError
 from tickwork.providers.log import LogProvider
 from tickwork.providers.webhook import WebhookProvider
 
 Factory = Callable[[dict[str, Any], Settings], Provider]
 
+
+def outbound_policy(settings: Settings) -> OutboundPolicy:
+    try:
+        return OutboundPolicy.allowing(sorted(settings.outbound_allowed_networks))
+    except UnsafeDestinationError as exc:
+        raise ProviderError(f"TICKWORK_OUTBOUND_ALLOWED_NETWORKS: {exc.message}") from exc
+
+
 FACTORIES: dict[str, Factory] = {
     "log": lambda options, settings: LogProvider(options),
     "webhook": lambda options, settings: WebhookProvider(
-        options, timeout=settings.provider_timeout_seconds
+        options,
+        timeout=settings.provider_timeout_seconds,
+        policy=outbound_policy(settings),
+        max_body_bytes=settings.provider_max_response_bytes,
     ),
 }
 
