@@ -194,6 +194,9 @@ def validate(new: NewAction, settings: Settings, now: datetime) -> NewAction:
             " days ahead",
             field="publish_at",
         )
+    from tickwork.providers.catalog import check_payload
+
+    check_payload(action_type.provider, new.payload, has_connection=new.connection_id is not None)
     if new.publish_at is publish_at:
         return new
     return NewAction(**{**_fields(new), "publish_at": publish_at})
@@ -257,7 +260,13 @@ def schedule(
     conn: Connection, workspace_id: UUID, new: NewAction, settings: Settings, now: datetime
 ) -> Scheduled:
     """Insert a queued action after validating it. Same dedupe key → the first row."""
-    return _insert(conn, workspace_id, validate(new, settings, now))
+    checked = validate(new, settings, now)
+    if checked.connection_id is not None:
+        from tickwork import connections
+
+        provider = settings.action_types[checked.action_type].provider
+        connections.require_usable(conn, workspace_id, checked.connection_id, provider)
+    return _insert(conn, workspace_id, checked)
 
 
 def schedule_once(
@@ -281,6 +290,7 @@ def same_request(existing: Action, new: NewAction) -> bool:
         and existing.thing_id == new.thing_id
         and existing.payload == new.payload
         and existing.publish_at == require_aware(new.publish_at)
+        and existing.connection_id == new.connection_id
     )
 
 
@@ -374,6 +384,7 @@ def reschedule(
             created_by=created_by or old.created_by,
             rescheduled_from=old.id,
             recurring_schedule_id=old.recurring_schedule_id,
+            connection_id=old.connection_id,
         )
         scheduled = schedule(conn, workspace_id, replacement, settings, now)
     return cancelled, scheduled.action

@@ -28,7 +28,7 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tickwork import actions
+from tickwork import actions, connections
 from tickwork.actions import Action, Finalization
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.observability import emit, logger, metrics, metrics_enabled
@@ -40,6 +40,7 @@ from tickwork.providers.base import (
     Provider,
     ProviderError,
     Rejected,
+    Via,
 )
 from tickwork.queues.port import DecodedBody, decode_body
 from tickwork.runtime import Runtime
@@ -252,29 +253,55 @@ class Dispatcher:
                 )
                 claimed_ids = {action.id for action in claimed}
                 handed_back.extend(e.action_id for e in wave if e.action_id not in claimed_ids)
+                vias = self._connections(claimed, config.provider)
                 for action in claimed:
+                    via = vias.get(action.id)
                     if pool is not None:
-                        future = pool.submit(self._call, provider, action, deadline)
+                        future = pool.submit(self._call, provider, action, deadline, via)
                         calls.append((action, future.result))
                     else:
-                        calls.append((action, _ready(self._call(provider, action, deadline))))
+                        calls.append((action, _ready(self._call(provider, action, deadline, via))))
             return _CalledBatch([(action, result()) for action, result in calls], handed_back)
         finally:
             if pool is not None:
                 pool.shutdown()
 
+    def _connections(self, claimed: list[Action], provider: str) -> dict[UUID, Via | Outcome]:
+        """For rows that name a connection: what to send through, or why not to send. One
+        statement per wave, and none when no row names a connection."""
+        named = [action for action in claimed if action.connection_id is not None]
+        if not named:
+            return {}
+        ids = [action.connection_id for action in named if action.connection_id is not None]
+        found = connections.load(self.runtime.db.connection(), ids)
+        resolved: dict[UUID, Via | Outcome] = {}
+        for action in named:
+            assert action.connection_id is not None
+            resolved[action.id] = connections.via_for(
+                action.workspace_id, action.connection_id, found.get(action.connection_id),
+                provider, self.runtime.secrets,
+            )  # fmt: skip
+        return resolved
+
     def _call(
-        self, provider: Provider, action: Action, deadline: float | None
+        self,
+        provider: Provider,
+        action: Action,
+        deadline: float | None,
+        via: Via | Outcome | None = None,
     ) -> tuple[Outcome, float]:
         if deadline is not None and time.monotonic() > deadline:
             return NotSent("out of time before the provider call"), time.time()
         called_at = time.time()
+        if via is not None and not isinstance(via, Via):
+            return via, called_at  # the connection is gone or unreadable: nothing is sent
         try:
-            outcome = provider.send(action)
+            outcome = provider.send(action) if via is None else provider.send(action, via)
         except Exception as exc:
-            # A provider bug: we cannot know whether anything left.
+            # A provider bug: we cannot know whether anything left. The exception's text
+            # may hold what the provider was given: it goes to the operator's log only.
             logger.exception("provider raised", extra={"action_id": str(action.id)})
-            outcome = Ambiguous(f"provider raised {type(exc).__name__}: {exc}")
+            outcome = Ambiguous(f"provider raised {type(exc).__name__}")
         return outcome, called_at
 
     def _finalize(self, finalizations: list[Finalization]) -> None:

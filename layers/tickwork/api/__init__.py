@@ -12,7 +12,7 @@ from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork import __version__
-from tickwork.api import actions, errors, intents, recurring, workspace
+from tickwork.api import actions, connections, errors, intents, recurring, workspace
 from tickwork.api.scope import tenancy
 
 MAX_BODY_BYTES = 256 * 1024
@@ -30,6 +30,7 @@ def build() -> APIGatewayHttpResolver:
     app.include_router(workspace.router)
     app.include_router(intents.router)
     app.include_router(recurring.router)
+    app.include_router(connections.router)
     errors.register(app)
     return app
 

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import Field, field_validator
+
 from tickwork.actions import Action
 from tickwork.errors import InputError
 from tickwork.providers import http
@@ -36,6 +38,7 @@ from tickwork.providers.base import (
     Via,
 )
 from tickwork.providers.http import OutboundPolicy, retry_after_seconds
+from tickwork.providers.schema import Schema
 
 __all__ = ["WebhookProvider", "decode_secret", "retry_after_seconds", "sign", "verify"]
 
@@ -70,6 +73,23 @@ def verify(secret: bytes, headers: dict[str, str], body: bytes, tolerance: int =
         return False
     expected = sign(secret, message_id, timestamp, body)
     return any(hmac.compare_digest(expected, candidate) for candidate in offered)
+
+
+class WebhookSettings(Schema):
+    url: str = Field(min_length=1, max_length=2000, description="http(s), a public address")
+
+
+class WebhookCredentials(Schema):
+    signing_secret: str = Field(min_length=10, max_length=200, description="whsec_<base64>")
+
+    @field_validator("signing_secret")
+    @classmethod
+    def _secret(cls, value: str) -> str:
+        try:
+            decode_secret(value)
+        except ProviderError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
 
 
 @dataclass(frozen=True)
