@@ -37,7 +37,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     from tickwork.config import Settings
-    from tickwork.local.demo import demo_client, seed_demo
+    from tickwork.connections.secrets import FileSecretStore
+    from tickwork.local import sandbox
+    from tickwork.local.demo import demo_client, seed_demo, seed_provider_demo
+    from tickwork.local.embedded import DEV_DATA_DIR
     from tickwork.local.receiver import describe
     from tickwork.local.runner import LocalRuntime
 
@@ -51,6 +54,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
         receiver_port=args.receiver_port,
         api_port=args.api_port,
         on_delivery=lambda delivery: print(describe(delivery), flush=True),
+        on_arrival=lambda arrival: print(sandbox.describe(arrival), flush=True),
+        # Connections' credentials, kept beside the embedded database's data.
+        secrets=FileSecretStore(DEV_DATA_DIR.parent.resolve() / "secrets.json"),
     )
     local.start()
     print(
@@ -64,6 +70,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print(
             f"scheduled {len(plan.ids) - 1} demo webhooks through the API (one cancelled, one"
             " rescheduled); they arrive below. `make demo` in another terminal schedules more."
+        )
+        seed_provider_demo(client)
+        print(
+            f"scheduled an email, an SMS and a Slack message through the Demo workspace's"
+            f" connections; the provider sandbox at {local.sandbox.url} shows them arriving."
         )
     print("Ctrl-C stops.", flush=True)
     stopped = threading.Event()

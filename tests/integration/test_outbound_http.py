@@ -13,30 +13,13 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import LOOPBACK, OperatorLog
+from tests.fakes import LOOPBACK, OperatorLog, an_action
 from tests.fakes.webhook_server import SECRET, Reply, fake_webhook_server
 from tickwork.actions import Action
 from tickwork.providers import http
 from tickwork.providers.base import Ambiguous, Rejected, Transient
 from tickwork.providers.http import OutboundPolicy, UnsafeDestinationError, check_url
 from tickwork.providers.webhook import WebhookProvider
-
-
-def an_action(**overrides: Any) -> Action:
-    from uuid import uuid4
-
-    now = datetime.now(UTC)
-    fields: dict[str, Any] = {
-        "id": uuid4(), "workspace_id": uuid4(), "created_by": None, "action_type": "webhook",
-        "thing_id": None, "target_key": "primary", "payload": {"text": "hi"}, "publish_at": now,
-        "status": "submitted", "error_code": None, "last_error": None, "attempt_count": 1,
-        "manual_retries": 0, "next_attempt_at": None, "enqueued_at": None, "provider_id": None,
-        "submitted_at": now, "finished_at": None, "dedupe_key": None, "rescheduled_from": None,
-        "source": "api", "recurring_schedule_id": None, "created_at": now, "updated_at": now,
-        "connection_id": None,
-    }  # fmt: skip
-    fields.update(overrides)
-    return Action(**fields)
 
 
 class Hostile:
@@ -77,7 +60,9 @@ class Hostile:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_port}/hook"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
 
     def close(self) -> None:
         self.httpd.shutdown()
