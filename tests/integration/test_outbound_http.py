@@ -15,7 +15,6 @@ import pytest
 
 from tests.fakes import LOOPBACK, OperatorLog, an_action
 from tests.fakes.webhook_server import SECRET, Reply, fake_webhook_server
-from tickwork.actions import Action
 from tickwork.providers import http
 from tickwork.providers.base import Ambiguous, Rejected, Transient
 from tickwork.providers.http import OutboundPolicy, UnsafeDestinationError, check_url
