@@ -98,6 +98,7 @@ class SecretsManagerStore:
         self.prefix = prefix.rstrip("/")
         self.max_age = max_age
         self._client = client
+        self._reader: Any = None
 
     def client(self) -> Any:
         if self._client is None:
@@ -126,10 +127,11 @@ class SecretsManagerStore:
     def get(self, ref: str) -> dict[str, str]:
         from aws_lambda_powertools.utilities import parameters
 
+        if self._reader is None:
+            # Powertools' provider keeps the cache (max_age) for this store's reads.
+            self._reader = parameters.SecretsProvider(boto3_client=self.client())
         try:
-            value = parameters.get_secret(
-                ref, transform="json", max_age=self.max_age, boto3_client=self.client()
-            )
+            value = self._reader.get(ref, transform="json", max_age=self.max_age)
         except parameters.exceptions.GetParameterError as exc:
             raise SecretStoreError("the connection's credentials could not be read") from exc
         except parameters.exceptions.TransformParameterError as exc:

@@ -12,6 +12,7 @@ from tickwork.providers.http import OutboundPolicy, UnsafeDestinationError
 from tickwork.providers.log import LogProvider
 from tickwork.providers.postmark import PostmarkProvider
 from tickwork.providers.rest import RestProvider
+from tickwork.providers.ses import SesProvider
 from tickwork.providers.slack import SlackProvider
 from tickwork.providers.twilio import TwilioProvider
 from tickwork.providers.webhook import WebhookProvider
@@ -43,6 +44,7 @@ FACTORIES: dict[str, Factory] = {
     "postmark": _rest(PostmarkProvider),
     "twilio": _rest(TwilioProvider),
     "slack": _rest(SlackProvider),
+    "ses": lambda options, settings: SesProvider(options, settings.provider_timeout_seconds),
     "webhook": lambda options, settings: WebhookProvider(
         options,
         timeout=settings.provider_timeout_seconds,

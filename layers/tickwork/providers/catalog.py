@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from tickwork.errors import InputError
-from tickwork.providers import postmark, slack, twilio
+from tickwork.providers import postmark, ses, slack, twilio
 from tickwork.providers.schema import checked
 from tickwork.providers.webhook import WebhookCredentials, WebhookSettings
 
@@ -29,6 +29,7 @@ KINDS: dict[str, Kind] = {
     "postmark": Kind(postmark.Settings, postmark.Credentials, postmark.Payload, "required"),
     "twilio": Kind(twilio.Settings, twilio.Credentials, twilio.Payload, "required"),
     "slack": Kind(slack.Settings, slack.Credentials, slack.Payload, "required"),
+    "ses": Kind(ses.Settings, ses.Credentials, ses.Payload, "required"),
 }
 
 
