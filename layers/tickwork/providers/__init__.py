@@ -10,6 +10,7 @@ from tickwork.config import Settings
 from tickwork.providers.base import Provider, ProviderError
 from tickwork.providers.http import OutboundPolicy, UnsafeDestinationError
 from tickwork.providers.log import LogProvider
+from tickwork.providers.mastodon import MastodonProvider
 from tickwork.providers.postmark import PostmarkProvider
 from tickwork.providers.rest import RestProvider
 from tickwork.providers.ses import SesProvider
@@ -44,6 +45,7 @@ FACTORIES: dict[str, Factory] = {
     "postmark": _rest(PostmarkProvider),
     "twilio": _rest(TwilioProvider),
     "slack": _rest(SlackProvider),
+    "mastodon": _rest(MastodonProvider),
     "ses": lambda options, settings: SesProvider(options, settings.provider_timeout_seconds),
     "webhook": lambda options, settings: WebhookProvider(
         options,

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from tickwork.errors import InputError
-from tickwork.providers import postmark, ses, slack, twilio
+from tickwork.providers import mastodon, postmark, ses, slack, twilio
 from tickwork.providers.schema import checked
 from tickwork.providers.webhook import WebhookCredentials, WebhookSettings
 
@@ -30,6 +30,7 @@ KINDS: dict[str, Kind] = {
     "twilio": Kind(twilio.Settings, twilio.Credentials, twilio.Payload, "required"),
     "slack": Kind(slack.Settings, slack.Credentials, slack.Payload, "required"),
     "ses": Kind(ses.Settings, ses.Credentials, ses.Payload, "required"),
+    "mastodon": Kind(mastodon.Settings, mastodon.Credentials, mastodon.Payload, "required"),
 }
 
 
@@ -81,7 +82,7 @@ def check_connection(
 
 
 # Settings that are URLs a tenant chose: checked against private addresses when written.
-URL_SETTINGS: dict[str, tuple[str, ...]] = {"webhook": ("url",)}
+URL_SETTINGS: dict[str, tuple[str, ...]] = {"webhook": ("url",), "mastodon": ("instance_url",)}
 
 
 def url_settings(provider: str) -> tuple[str, ...]:
