@@ -8,6 +8,7 @@ from typing import Any
 
 from tickwork.config import Settings
 from tickwork.providers.base import Provider, ProviderError
+from tickwork.providers.bluesky import BlueskyProvider
 from tickwork.providers.http import OutboundPolicy, UnsafeDestinationError
 from tickwork.providers.log import LogProvider
 from tickwork.providers.mastodon import MastodonProvider
@@ -46,6 +47,7 @@ FACTORIES: dict[str, Factory] = {
     "twilio": _rest(TwilioProvider),
     "slack": _rest(SlackProvider),
     "mastodon": _rest(MastodonProvider),
+    "bluesky": _rest(BlueskyProvider),
     "ses": lambda options, settings: SesProvider(options, settings.provider_timeout_seconds),
     "webhook": lambda options, settings: WebhookProvider(
         options,

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from tickwork.errors import InputError
-from tickwork.providers import mastodon, postmark, ses, slack, twilio
+from tickwork.providers import bluesky, mastodon, postmark, ses, slack, twilio
 from tickwork.providers.schema import checked
 from tickwork.providers.webhook import WebhookCredentials, WebhookSettings
 
@@ -31,6 +31,7 @@ KINDS: dict[str, Kind] = {
     "slack": Kind(slack.Settings, slack.Credentials, slack.Payload, "required"),
     "ses": Kind(ses.Settings, ses.Credentials, ses.Payload, "required"),
     "mastodon": Kind(mastodon.Settings, mastodon.Credentials, mastodon.Payload, "required"),
+    "bluesky": Kind(bluesky.Settings, bluesky.Credentials, bluesky.Payload, "required"),
 }
 
 
@@ -82,7 +83,11 @@ def check_connection(
 
 
 # Settings that are URLs a tenant chose: checked against private addresses when written.
-URL_SETTINGS: dict[str, tuple[str, ...]] = {"webhook": ("url",), "mastodon": ("instance_url",)}
+URL_SETTINGS: dict[str, tuple[str, ...]] = {
+    "webhook": ("url",),
+    "mastodon": ("instance_url",),
+    "bluesky": ("service_url",),
+}
 
 
 def url_settings(provider: str) -> tuple[str, ...]:
