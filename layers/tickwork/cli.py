@@ -71,10 +71,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
             f"scheduled {len(plan.ids) - 1} demo webhooks through the API (one cancelled, one"
             " rescheduled); they arrive below. `make demo` in another terminal schedules more."
         )
-        seed_provider_demo(client)
+        seed_provider_demo(client, local.sandbox.url)
         print(
-            f"scheduled an email, an SMS and a Slack message through the Demo workspace's"
-            f" connections; the provider sandbox at {local.sandbox.url} shows them arriving."
+            "scheduled an email, an SMS, a Slack message and a Mastodon post through the Demo"
+            f" workspace's connections; the provider sandbox at {local.sandbox.url} prints"
+            " them as they arrive."
         )
     print("Ctrl-C stops.", flush=True)
     stopped = threading.Event()

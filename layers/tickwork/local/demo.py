@@ -154,6 +154,7 @@ DEMO_PAYLOADS: dict[str, dict[str, Any]] = {
     "send_email": {"to": "ann@example.com", "subject": "Your weekly digest", "text": "Hi Ann!"},
     "send_sms": {"to": "+14155550100", "body": "Your table is ready"},
     "slack_message": {"text": "Standup in 5 minutes"},
+    "mastodon_post": {"status": "Scheduled with Tickwork", "visibility": "unlisted"},
 }
 
 
@@ -166,11 +167,17 @@ def demo_connection(client: ApiClient, spec: dict[str, Any]) -> str:
     return str(client.call("POST", "/v1/connections", json=spec)["id"])
 
 
-def seed_provider_demo(client: ApiClient, after: float = 3) -> list[str]:
-    """An email, an SMS and a chat message, each through a connection, due `after` s ahead."""
+def seed_provider_demo(client: ApiClient, sandbox_url: str, after: float = 3) -> list[str]:
+    """An email, an SMS, a chat message and a Mastodon post, each through a connection, due
+    `after` seconds ahead."""
     when = (utcnow() + timedelta(seconds=after)).isoformat()
+    specs = DEMO_CONNECTIONS | {"mastodon_post": {
+        "name": "Demo Mastodon", "provider": "mastodon",
+        "settings": {"instance_url": f"{sandbox_url}/mastodon"},
+        "credentials": {"access_token": "local-sandbox-token"},
+    }}  # fmt: skip
     ids = []
-    for action_type, spec in DEMO_CONNECTIONS.items():
+    for action_type, spec in specs.items():
         created = client.call("POST", "/v1/actions", json={
             "action_type": action_type, "target_key": "demo", "publish_at": when,
             "connection_id": demo_connection(client, spec), "payload": DEMO_PAYLOADS[action_type],

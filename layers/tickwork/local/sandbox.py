@@ -149,4 +149,7 @@ def sandbox_action_types(url: str) -> dict[str, dict[str, Any]]:
         "send_email": {"provider": "postmark", "options": {"api_url": f"{url}/postmark"}},
         "send_sms": {"provider": "twilio", "options": {"api_url": f"{url}/twilio"}},
         "slack_message": {"provider": "slack", "options": {"api_url": f"{url}/slack/api"}},
+        # Mastodon and Bluesky call the instance or PDS each connection names.
+        "mastodon_post": {"provider": "mastodon"},
+        "bluesky_post": {"provider": "bluesky"},
     }
