@@ -91,13 +91,15 @@ def test_the_session_is_cached_and_refreshed_when_it_expires(pds):
         (xrpc_error(413, "PayloadTooLarge"), Rejected, "payload_too_large"),
         (xrpc_error(400, "AccountTakedown", "Account has been taken down"), Rejected,
          "account_suspended"),
-        (xrpc_error(429, "RateLimitExceeded", "Rate Limit Exceeded",
-                    {"ratelimit-reset": str(int(time.time()) + 60)}), Transient, None),
+        (None, Transient, None),  # 429 with ratelimit-reset a minute ahead, made at run time
         (xrpc_error(500, "InternalServerError"), Ambiguous, None),
         (Answer(502, "<html>Bad Gateway</html>"), Ambiguous, None),
     ],
 )  # fmt: skip
 def test_error_table(pds, answer, kind, code):
+    if answer is None:
+        reset = {"ratelimit-reset": str(int(time.time()) + 60), "ratelimit-remaining": "0"}
+        answer = xrpc_error(429, "RateLimitExceeded", "Rate Limit Exceeded", reset)
     pds.then(CREATE, answer)
     outcome = provider().send(an_action(payload={"text": "hi"}), via(pds))
     assert isinstance(outcome, kind), outcome

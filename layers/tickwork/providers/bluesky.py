@@ -273,9 +273,8 @@ class BlueskyProvider(RestProvider):
 
     @staticmethod
     def _wait(reply: Reply) -> float | None:
-        return reset_after_seconds(reply.headers.get("ratelimit-reset")) or retry_after_seconds(
-            reply.headers.get("retry-after")
-        )
+        reset = reset_after_seconds(reply.headers.get("ratelimit-reset"))
+        return reset if reset is not None else retry_after_seconds(reply.headers.get("retry-after"))
 
     # --------------------------------------------------------------------- posts
     def _existing(

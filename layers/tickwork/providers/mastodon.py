@@ -66,7 +66,9 @@ def outcome(reply: Reply, redactor: Redactor) -> Outcome:
         return Delivered(str(field(body, "id")))
     if reply.status == 429:
         wait = reset_after_seconds(reply.headers.get("x-ratelimit-reset"))
-        return Transient(detail, wait or retry_after_seconds(reply.headers.get("retry-after")))
+        if wait is None:
+            wait = retry_after_seconds(reply.headers.get("retry-after"))
+        return Transient(detail, wait)
     if reply.status >= 500 or reply.status < 300:
         return Ambiguous(detail)
     codes = {401: "auth_failed", 403: "forbidden", 404: "not_found", 422: "validation_failed"}
