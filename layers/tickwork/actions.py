@@ -263,9 +263,11 @@ def schedule(
     checked = validate(new, settings, now)
     if checked.connection_id is not None:
         from tickwork import connections
+        from tickwork.providers.catalog import check_payload_for
 
         provider = settings.action_types[checked.action_type].provider
-        connections.require_usable(conn, workspace_id, checked.connection_id, provider)
+        found = connections.require_usable(conn, workspace_id, checked.connection_id, provider)
+        check_payload_for(provider, checked.payload, found.settings)
     return _insert(conn, workspace_id, checked)
 
 

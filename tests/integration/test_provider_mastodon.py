@@ -17,6 +17,8 @@ from tests.fakes.server import Answer
 from tickwork import actions, connections
 from tickwork.actions import NewAction
 from tickwork.config import ActionTypeConfig
+from tickwork.connections.secrets import MemorySecretStore
+from tickwork.errors import InputError
 from tickwork.providers.base import Ambiguous, Delivered, Rejected, Transient
 from tickwork.providers.mastodon import MastodonProvider
 from tickwork.tick import run_tick
@@ -126,3 +128,20 @@ def test_an_ambiguous_attempt_is_retried_without_a_second_post(
     assert len(instance.to("/api/v1/statuses")) == 2
     assert len(instance.statuses) == 1
     assert current["provider_id"] == instance.statuses[0]["id"]
+
+
+def test_a_status_over_the_connections_limit_is_refused_at_schedule_time(conn, workspace, now):
+    from tickwork.config import Settings
+
+    settings = Settings(action_types={"mastodon_post": ActionTypeConfig(provider="mastodon")})
+    connection = connections.create(
+        conn, workspace, name="Toots", provider="mastodon",
+        settings={"instance_url": "https://example.social", "max_characters": 100},
+        credentials={"access_token": TOKEN}, store=MemorySecretStore(), created_by=None,
+    )  # fmt: skip
+    new = NewAction(action_type="mastodon_post", target_key="main", publish_at=now,
+                    payload={"status": "x" * 101}, connection_id=connection.id)  # fmt: skip
+    with pytest.raises(InputError) as refused:
+        actions.schedule(conn, workspace, new, settings, now)
+    assert refused.value.field == "payload.status"
+    assert conn.execute("select count(*) from scheduled_actions").fetchone() == (0,)

@@ -172,7 +172,7 @@ def record_verification(
     return row
 
 
-def require_usable(conn: Db, workspace_id: UUID, connection_id: UUID, provider: str) -> None:
+def require_usable(conn: Db, workspace_id: UUID, connection_id: UUID, provider: str) -> Connection:
     """At schedule time: another workspace's connection is not found (404); a deleted,
     disabled or other provider's connection is refused (422) naming `connection_id`."""
     row = _one(conn, _FOR_SCHEDULE, {"id": connection_id, "workspace_id": workspace_id})
@@ -194,6 +194,7 @@ def require_usable(conn: Db, workspace_id: UUID, connection_id: UUID, provider: 
             f" sends through {provider}",
             field="connection_id",
         )
+    return row
 
 
 def load(conn: Db, ids: Sequence[UUID]) -> dict[UUID, Connection]:

@@ -63,6 +63,17 @@ def check_payload(provider: str, payload: dict[str, Any], *, has_connection: boo
         checked(found.payload, payload, "payload")
 
 
+def check_payload_for(provider: str, payload: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Limits that depend on the connection: a Mastodon instance's status length."""
+    if provider == "mastodon":
+        limit = int(settings.get("max_characters") or mastodon.DEFAULT_MAX_CHARACTERS)
+        if len(str(payload.get("status", ""))) > limit:
+            raise InputError(
+                f"payload.status: longer than this instance's {limit} characters",
+                field="payload.status",
+            )
+
+
 def check_connection(
     provider: str, settings: dict[str, Any] | None, credentials: dict[str, Any] | None
 ) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
