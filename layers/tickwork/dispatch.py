@@ -273,7 +273,12 @@ class Dispatcher:
         if not named:
             return {}
         ids = [action.connection_id for action in named if action.connection_id is not None]
-        found = connections.load(self.runtime.db.connection(), ids)
+        try:
+            found = connections.load(self.runtime.db.connection(), ids)
+        except INFRASTRUCTURE_ERRORS:
+            # The rows are claimed: hand them back unsent rather than strand them.
+            logger.exception("connections could not be read; the rows go back unsent")
+            return {a.id: NotSent("the connection could not be read") for a in named}
         resolved: dict[UUID, Via | Outcome] = {}
         for action in named:
             assert action.connection_id is not None
