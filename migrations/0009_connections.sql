@@ -37,6 +37,9 @@ alter table scheduled_actions add column connection_id uuid references connectio
 create index ix_scheduled_actions_connection on scheduled_actions (connection_id)
     where connection_id is not null;
 
+-- A recurring schedule's occurrences send through its connection.
+alter table recurring_schedules add column connection_id uuid references connections (id);
+
 grant select, insert, update on connections to tickwork_api;
 alter table connections enable row level security;
 create policy connections_tenant on connections to tickwork_api

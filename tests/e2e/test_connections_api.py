@@ -342,3 +342,29 @@ def test_credentials_appear_in_no_response_no_log_and_no_last_error(api, fakes):
     for text in seen:
         for secret in secrets:
             assert secret not in text
+
+
+def test_a_recurring_schedule_sends_its_occurrences_through_its_connection(api, fakes):
+    email = api.admin.call("POST", "/v1/connections", json=postmark_connection())
+    theirs = api.outsider.call("POST", "/v1/connections", json=postmark_connection())
+    body = {"action_type": "send_email", "target_key": "digest", "rrule": "FREQ=DAILY",
+            "payload": EMAIL, "timezone": "UTC"}  # fmt: skip
+    # Without a connection, or with another workspace's, it is refused
+    missing = raw(api, "POST", "/v1/recurring", json=body)
+    assert (missing.status_code, missing.json()["error"]["details"]["field"]) == (
+        422, "connection_id")  # fmt: skip
+    assert raw(api, "POST", "/v1/recurring",
+               json=body | {"connection_id": theirs["id"]}).status_code == 404  # fmt: skip
+    schedule = api.admin.call("POST", "/v1/recurring", json=body | {"connection_id": email["id"]})
+    assert schedule["connection_id"] == email["id"]
+    # Every occurrence, and a run-now, names the connection and is sent through it
+    ran = api.admin.call("POST", f"/v1/recurring/{schedule['id']}/run-now")
+    assert ran["connection_id"] == email["id"]
+    assert settle(api, ran["id"])["status"] == "published"
+    with connect(api.local.database_url) as conn:
+        rows = conn.execute(
+            "select distinct connection_id from scheduled_actions where recurring_schedule_id = %s",
+            (schedule["id"],),
+        ).fetchall()
+    assert [str(r[0]) for r in rows] == [email["id"]]
+    assert len(fakes["postmark"].emails()) == 1

@@ -125,6 +125,7 @@ def create_schedule(body: CreateSchedule, workspace: WorkspaceHeader) -> Respons
         catch_up_window_seconds=body.catch_up_window_seconds,
         max_failures_before_pause=body.max_failures_before_pause,
         created_by=request.caller.user_id,
+        connection_id=body.connection_id,
     )
     result = recurring.create_schedule(
         request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
