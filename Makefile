@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install dev demo test test-unit lint format bench build deploy clean
+.PHONY: install dev demo test test-unit lint format bench fuzz build deploy layer-lock clean
 
 # A virtualenv with tickwork (editable) and the dev tools; redone when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -44,23 +44,50 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m tickwork.bench
 
+# Schemathesis, every check, every operation, random cases (about 2,300 at 60 examples per
+# operation); prints the case count by status. CI runs a small derandomized set.
+FUZZ_EXAMPLES ?= 60
+fuzz: $(STAMP)
+	TICKWORK_FUZZ_RANDOM=1 TICKWORK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+		$(BIN)/pytest -s -q -p no:cacheprovider tests/e2e/test_api_fuzz.py
+
 # --- AWS --------------------------------------------------------------------------------
-build: $(STAMP)
-	sam build --build-in-source
+# samconfig.toml (at the root) holds the region, capabilities and build options.
+SAM ?= sam
+SAM_BUILD_FLAGS ?=
+LAYER_PLATFORM := --platform manylinux2014_aarch64 --implementation cp --python-version 3.12 \
+	--only-binary=:all:
+
+build:
+	$(SAM) build $(SAM_BUILD_FLAGS)
 
 deploy: build
-	sam deploy --config-file infra/samconfig.toml
+	@if grep -q REPLACE_ME samconfig.toml; then \
+		echo "samconfig.toml still has REPLACE_ME values: fill them in, or run sam deploy --guided"; \
+		exit 1; fi
+	$(SAM) deploy
 
-# `sam build` calls this for the layer (BuildMethod: makefile): the package, its runtime
-# dependencies for Lambda's arm64 Python 3.12, and the migrations.
+# `sam build` calls this for the layer (BuildMethod: makefile): the package, its pinned
+# runtime dependencies for Lambda's arm64 Python 3.12 (infra/layer-requirements.txt), and
+# the migrations. Deterministic: no .pyc (they would be the build machine's Python's), no
+# install records, no bin/ scripts, so the same commit gives the same layer hash and an
+# unchanged layer is neither republished nor migrated again.
 build-TickworkLayer:
 	rm -rf build/layer-wheel
 	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir build/layer-wheel .
-	$(PYTHON) -m pip install --quiet --target "$(ARTIFACTS_DIR)/python" \
-		--platform manylinux2014_aarch64 --implementation cp --python-version 3.12 \
-		--only-binary=:all: build/layer-wheel/*.whl
-	rm -rf "$(ARTIFACTS_DIR)/python/boto3" "$(ARTIFACTS_DIR)/python/botocore"
+	$(PYTHON) -m pip install --quiet --no-compile --no-deps --require-hashes \
+		--target "$(ARTIFACTS_DIR)/python" $(LAYER_PLATFORM) -r infra/layer-requirements.txt
+	$(PYTHON) -m pip install --quiet --no-compile --no-deps \
+		--target "$(ARTIFACTS_DIR)/python" build/layer-wheel/*.whl
+	rm -rf "$(ARTIFACTS_DIR)/python/bin"
+	find "$(ARTIFACTS_DIR)/python" -name __pycache__ -prune -exec rm -rf {} +
+	find "$(ARTIFACTS_DIR)/python" -path '*.dist-info/*' \( -name RECORD -o -name INSTALLER \
+		-o -name REQUESTED -o -name direct_url.json \) -delete
 	cp -r migrations "$(ARTIFACTS_DIR)/python/tickwork/migrations"
 
+# Re-resolves infra/layer-requirements.txt after a dependency change in pyproject.toml.
+layer-lock: $(STAMP)
+	$(BIN)/python infra/lock_layer.py
+
 clean:
-	rm -rf $(VENV) .aws-sam build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .aws-sam .sam-cli build .pytest_cache .mypy_cache .ruff_cache

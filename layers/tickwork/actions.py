@@ -275,14 +275,32 @@ def schedule_once(
     conn: Connection, workspace_id: UUID, new: NewAction, settings: Settings, now: datetime
 ) -> Scheduled:
     """`schedule`, where a repeated dedupe (idempotency) key returns the first row only if
-    the request is the same; the key reused for a different action is refused."""
-    result = schedule(conn, workspace_id, new, settings, now)
+    the request is the same; the key reused for a different action is refused.
+
+    The key is looked up first: a retried request gets the first result whatever happened
+    to the action since (published, so the publish guard would refuse a new row; or its
+    time passed, so validation would)."""
+    first = _by_dedupe_key(conn, workspace_id, new.dedupe_key)
+    if first is not None:
+        result = Scheduled(first, created=False)
+    else:
+        result = schedule(conn, workspace_id, new, settings, now)
     if not result.created and not same_request(result.action, new):
         raise IdempotencyKeyReusedError(
             "this Idempotency-Key was already used for a different action; use a new key",
             details={"action_id": str(result.action.id)},
         )
     return result
+
+
+def _by_dedupe_key(conn: Connection, workspace_id: UUID, key: str | None) -> Action | None:
+    if key is None:
+        return None
+    with storable(), conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            _GET_BY_DEDUPE_KEY, {"workspace_id": workspace_id, "dedupe_key": key}
+        ).fetchone()
+    return action_from_row(row) if row else None
 
 
 def same_request(existing: Action, new: NewAction) -> bool:
@@ -338,9 +356,18 @@ def _transition(conn: Connection, sql: Any, params: dict[str, Any]) -> Transitio
     return Transition(changed=bool(row["changed"]), action=action_from_row(row))
 
 
-def cancel(conn: Connection, workspace_id: UUID, action_id: UUID) -> Transition:
-    """queued → cancelled. Unchanged (with the row) when it is past queued."""
-    return _transition(conn, _CANCEL, {"id": action_id, "workspace_id": workspace_id})
+def cancel(
+    conn: Connection,
+    workspace_id: UUID,
+    action_id: UUID,
+    *,
+    reason: str | None = None,
+    message: str | None = None,
+) -> Transition:
+    """queued → cancelled. Unchanged (with the row) when it is past queued. A producer
+    cancelling a row it made names why (`reason` becomes the row's error_code)."""
+    params = {"id": action_id, "workspace_id": workspace_id, "reason": reason, "message": message}
+    return _transition(conn, _CANCEL, params)
 
 
 def retry(conn: Connection, workspace_id: UUID, action_id: UUID, settings: Settings) -> Transition:

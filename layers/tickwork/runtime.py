@@ -23,8 +23,15 @@ class Runtime:
     db: Database
     queues: QueuePort
     providers: ProviderRegistry
+    # The API's login (row-level security it cannot leave) where it differs from `db`: the
+    # local runtime runs API and workers in one process. In AWS the API function's `db` is
+    # that login already.
+    api_db: Database | None = None
     # Connections' credentials (Secrets Manager in AWS, a file or memory locally).
     secrets: SecretStore = field(default_factory=MemorySecretStore)
+
+    def api_database(self) -> Database:
+        return self.api_db or self.db
 
 
 class _Slot:
@@ -40,7 +47,7 @@ def from_settings(settings: Settings) -> Runtime:
     return Runtime(
         settings=settings,
         db=Database(resolve_url(settings)),
-        queues=SqsQueues(settings.queue_urls),
+        queues=SqsQueues(settings.all_queue_urls()),
         providers=ProviderRegistry(settings),
         secrets=SecretsManagerStore(settings.secrets_prefix, settings.secret_max_age_seconds),
     )

@@ -9,7 +9,6 @@ from uuid import UUID
 from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
-from pydantic import AwareDatetime
 
 from tickwork import actions, calendar
 from tickwork.actions import Action, NewAction
@@ -17,6 +16,7 @@ from tickwork.api.models import (
     ActionOut,
     ActionPage,
     CreateAction,
+    Instant,
     Reschedule,
     When,
     responses,
@@ -105,6 +105,7 @@ def create_action(
         request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
     )
     if result.created:
+        request.added_actions()
         _enqueue_after_commit(request, result.action)
     return Response(
         status_code=201 if result.created else 200,
@@ -120,8 +121,8 @@ def create_action(
 )
 def list_actions(
     workspace: WorkspaceHeader,
-    start: Annotated[AwareDatetime, Query(alias="from", description="inclusive, RFC 3339")],
-    end: Annotated[AwareDatetime, Query(alias="to", description="exclusive, RFC 3339")],
+    start: Annotated[Instant, Query(alias="from", description="inclusive, RFC 3339")],
+    end: Annotated[Instant, Query(alias="to", description="exclusive, RFC 3339")],
     status: Annotated[StatusFilter | None, Query()] = None,
     action_type: Annotated[str | None, Query(max_length=63)] = None,
     thing_id: Annotated[str | None, Query(max_length=200)] = None,
@@ -191,5 +192,6 @@ def retry_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
     settings = request.runtime.settings
     transition = actions.retry(request.conn, request.caller.workspace_id, key, settings)
     retried = actions.expect_retried(transition, key)
+    request.added_actions()
     _enqueue_after_commit(request, retried)
     return _out(request, retried)

@@ -84,6 +84,8 @@ def put_intent(thing_id: str, body: IntentIn, workspace: WorkspaceHeader) -> Res
         request.conn, request.caller.workspace_id, thing_id, given, request.runtime.settings,
         request.now, updated_by=request.caller.user_id,
     )  # fmt: skip
+    if result.reconciled.inserted:
+        request.added_actions()
     _enqueue_after_commit(request, result)
     return Response(
         status_code=201 if result.created else 200,

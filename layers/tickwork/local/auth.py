@@ -42,6 +42,11 @@ class LocalJwt:
                 token, self._key, algorithms=[ALGORITHM], audience=AUDIENCE, issuer=ISSUER,
                 options={"require": ["exp", "iss", "aud", "sub"]},
             )  # fmt: skip
+        except jwt.ExpiredSignatureError as exc:
+            raise AuthenticationError("the bearer token has expired; get a new one") from exc
         except jwt.PyJWTError as exc:
-            raise AuthenticationError(f"the token was refused: {exc}") from exc
+            # The library's words ("Invalid header padding") tell a caller nothing to do.
+            raise AuthenticationError(
+                "the bearer token is not a valid token of this API; get a new one"
+            ) from exc
         return claims

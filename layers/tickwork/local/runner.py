@@ -26,7 +26,7 @@ from typing import Any
 from tickwork import migrate, runtime
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.connections.secrets import MemorySecretStore, SecretStore
-from tickwork.db import Database
+from tickwork.db import Database, local_api_login
 from tickwork.local import handlers
 from tickwork.local.api_server import ApiServer
 from tickwork.local.auth import LocalJwt
@@ -165,6 +165,8 @@ class LocalRuntime:
     def start(self) -> LocalRuntime:
         quiet_powertools()
         migrate.migrate(self.database_url)
+        # The API logs in as its own role, as in AWS (row-level security it cannot leave).
+        self.runtime.api_db = Database(local_api_login(self.database_url))
         # Load the handlers before anything runs, as a warm Lambda would have them.
         for name in ("tick", "dispatcher", "expander", "reconciler"):
             handlers.load(name)
@@ -192,6 +194,8 @@ class LocalRuntime:
         self.api.stop()
         runtime.install(None)
         self.runtime.db.close()
+        if self.runtime.api_db is not None:
+            self.runtime.api_db.close()
 
     def __enter__(self) -> LocalRuntime:
         return self.start()

@@ -23,9 +23,13 @@ where id = %(id)s and workspace_id = %(workspace_id)s
 
 -- name: cancel_action
 -- queued -> cancelled. The second branch reports the row as it is when nothing changed.
+-- A producer cancelling its own row says why in error_code and last_error (a user's
+-- cancel leaves them as they are).
 with changed as (
     update scheduled_actions
-    set status = 'cancelled', finished_at = now()
+    set status = 'cancelled', finished_at = now(),
+        error_code = coalesce(%(reason)s, error_code),
+        last_error = coalesce(%(message)s, last_error)
     where id = %(id)s and workspace_id = %(workspace_id)s and status = 'queued'
     returning *
 )

@@ -1,0 +1,43 @@
+"""/v1/events: the app says what happened; every enabled rule on that event type whose
+conditions hold makes one action, due now. The answer is the structured result."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Header
+
+from tickwork.api.models import responses
+from tickwork.api.rules import enqueue_after_commit
+from tickwork.api.rules_models import EventIn, ResultOut
+from tickwork.api.scope import scope
+from tickwork.rules.events import EventInput, emit_event
+
+router = Router()
+
+WorkspaceHeader = Annotated[
+    UUID, Header(alias="X-Workspace-Id", description="the workspace to act in")
+]
+
+
+@router.post(
+    "/v1/events",
+    summary="Emit an event: matching rules make their actions (once per rule and day)",
+    responses=responses(
+        200, ResultOut, "what it did; a rule that failed is named in `failed` and `error`"
+    ),
+)
+def post_event(body: EventIn, workspace: WorkspaceHeader) -> ResultOut:
+    request = scope(router)
+    event = EventInput(
+        type=body.type, entities=body.entities, context=body.context,
+        occurred_at=body.occurred_at,
+    )  # fmt: skip
+    result = emit_event(
+        request.conn, request.caller.workspace_id, event, request.caller.timezone,
+        request.runtime.settings, request.now, created_by=request.caller.user_id,
+    )  # fmt: skip
+    enqueue_after_commit(request, result)
+    return ResultOut.of(result)

@@ -1,0 +1,11 @@
+"""Automation rules (seed 001): an app's events and reference dates become ordinary
+scheduled_actions rows, made, moved and withdrawn through tickwork.actions.
+
+- `model`: rules, triggers, idempotency keys, structured results;
+- `templating`: the sandboxed templates payloads are rendered with (reusable);
+- `conditions`: conditions on a context;
+- `events`: the event producer (`emit_event`);
+- `entities`: entities' reference dates, the time producer (`put_dates`, ...);
+- `store`: rules themselves and what their changes do to their actions;
+- `produce`: what the producers share (fire, withdraw, sync one entity).
+"""

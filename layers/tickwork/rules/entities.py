@@ -1,0 +1,235 @@
+"""Entities and their reference dates: `PUT /v1/entities/{type}/{id}/dates`.
+
+An entity is the app's own thing (a booking, an episode) named by type and id within the
+workspace, with a time zone, named reference dates (`start`, `publish`) and a context. For
+every enabled time rule on one of its references there is one action at reference +
+offset, with the key `time_trigger:{rule}:{trigger}:{entity}:{reference ISO instant}`. A
+date given as a wall time (`2027-03-28T15:00`) is read in the entity's zone by the
+project's rule for skipped and repeated times; one with an offset is an instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time
+from typing import Any
+from uuid import UUID
+
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from tickwork.actions import PAYLOAD_MAX_BYTES, payload_size
+from tickwork.config import Settings
+from tickwork.db import Connection, storable
+from tickwork.errors import InputError, InvalidTimeError, NotFoundError, PayloadTooLargeError
+from tickwork.rules.events import has_nul
+from tickwork.rules.model import MAX_DATES, NAME, WITHDRAWN, ProduceResult, rule_from_row
+from tickwork.rules.produce import (
+    EntityState,
+    RuleRow,
+    emit_metrics,
+    rule_rows,
+    sync_entity,
+    withdraw,
+)
+from tickwork.sql import query
+from tickwork.wallclock import resolve_wall_time, zone
+
+_TIME_RULES = query("time_rules")
+_UPSERT = query("upsert_entity")
+_GET = query("get_entity")
+_LOCK = query("lock_entity")
+_DATES = query("entity_dates")
+_CLEAR_DATES = query("clear_entity_dates")
+_INSERT_DATES = query("insert_entity_dates")
+_DELETE = query("delete_entity")
+_LIVE = query("live_entity_actions")
+_ALL = query("entity_actions")
+
+MAX_ENTITY_ID = 200
+
+
+@dataclass(frozen=True)
+class EntityInput:
+    """Dates as the app gives them: name → `YYYY-MM-DDTHH:MM[:SS]` (a wall time in
+    `timezone`) or RFC 3339 with an offset (an instant)."""
+
+    dates: Mapping[str, str | datetime]
+    timezone: str | None = None
+    context: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReferenceDate:
+    name: str
+    at: datetime
+    wall: datetime | None  # the wall time given, in the entity's zone
+
+
+@dataclass(frozen=True)
+class Entity:
+    entity_type: str
+    entity_id: str
+    timezone: str
+    context: dict[str, Any]
+    dates: list[ReferenceDate]
+    created_at: datetime
+    updated_at: datetime
+
+    def state(self) -> EntityState:
+        return EntityState(self.entity_type, self.entity_id, self.timezone, self.context,
+                           {d.name: d.at for d in self.dates})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EntityView:
+    entity: Entity
+    actions: list[RuleRow]
+
+
+@dataclass(frozen=True)
+class EntityResult(EntityView):
+    created: bool = False
+    result: ProduceResult = field(default_factory=ProduceResult)
+
+
+def check_entity_key(entity_type: str, entity_id: str) -> None:
+    if not NAME.match(entity_type):
+        raise InputError(
+            f"entity type {entity_type[:80]!r} must be a lower-case name such as 'booking'",
+            field="entity_type",
+        )
+    if not 1 <= len(entity_id) <= MAX_ENTITY_ID or "\x00" in entity_id:
+        raise InputError(f"entity id must be 1 to {MAX_ENTITY_ID} characters", field="entity_id")
+
+
+def parse_dates(raw: Mapping[str, str | datetime], tz_name: str) -> list[ReferenceDate]:
+    tz = zone(tz_name)
+    if not isinstance(raw, Mapping) or len(raw) > MAX_DATES:
+        raise InputError(f"dates must be an object of at most {MAX_DATES} names", field="dates")
+    parsed: list[ReferenceDate] = []
+    for name, value in sorted(raw.items()):
+        where = f"dates.{name}"
+        if not isinstance(name, str) or not NAME.match(name):
+            raise InputError(
+                f"dates: {str(name)[:80]!r} must be a lower-case name such as 'start'",
+                field="dates",
+            )
+        try:
+            given = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidTimeError(
+                f"{where} {str(value)[:80]!r} is not a date and time such as"
+                " 2027-03-28T15:00 (in the entity's zone) or 2027-03-28T15:00:00+02:00",
+                field=where,
+            ) from exc
+        if not 1900 <= given.year <= 8999:
+            raise InvalidTimeError(f"{where} must be within the years 1900-8999", field=where)
+        if given.tzinfo is None:
+            wall = given.replace(tzinfo=None)
+            at = resolve_wall_time(date(wall.year, wall.month, wall.day),
+                                   time(wall.hour, wall.minute, wall.second, wall.microsecond),
+                                   tz)  # fmt: skip
+            parsed.append(ReferenceDate(name, at, wall))
+        else:
+            parsed.append(ReferenceDate(name, given.astimezone(UTC), None))
+    return parsed
+
+
+def load_entity(conn: Connection, workspace_id: UUID, row: Mapping[str, Any]) -> Entity:
+    key = {"workspace_id": workspace_id, "entity_type": row["entity_type"],
+           "entity_id": row["entity_id"]}  # fmt: skip
+    with conn.cursor(row_factory=dict_row) as cur:
+        dates = [
+            ReferenceDate(d["name"], d["at"], d["wall"])
+            for d in cur.execute(_DATES, key).fetchall()
+        ]
+    return Entity(row["entity_type"], row["entity_id"], row["timezone"], row["context"],
+                  dates, row["created_at"], row["updated_at"])  # fmt: skip
+
+
+def put_dates(
+    conn: Connection,
+    workspace_id: UUID,
+    entity_type: str,
+    entity_id: str,
+    given: EntityInput,
+    default_timezone: str,
+    settings: Settings,
+    now: datetime,
+    *,
+    updated_by: str | None = None,
+) -> EntityResult:
+    """Store the entity's zone, dates (the whole set: names left out are removed) and context,
+    and bring the actions of its time rules in step, in one transaction."""
+    check_entity_key(entity_type, entity_id)
+    tz_name = given.timezone or default_timezone
+    zone(tz_name)
+    dates = parse_dates(given.dates, tz_name)
+    if not isinstance(given.context, Mapping):
+        raise InputError("context must be a JSON object", field="context")
+    context = dict(given.context)
+    if has_nul(context):
+        raise InputError(
+            "context contains a NUL character, which cannot be stored", field="context"
+        )
+    size = payload_size(context)
+    if size > PAYLOAD_MAX_BYTES:
+        raise PayloadTooLargeError(
+            f"context is {size} bytes; the limit is {PAYLOAD_MAX_BYTES}", field="context"
+        )
+    key = {"workspace_id": workspace_id, "entity_type": entity_type, "entity_id": entity_id}
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur, storable():
+        # Rules first, then the entity: the order a rule's change takes them in.
+        rules = [rule_from_row(r) for r in cur.execute(_TIME_RULES, key).fetchall()]
+        row = cur.execute(
+            _UPSERT, key | {"timezone": tz_name, "context": Jsonb(context),
+                            "updated_by": updated_by},
+        ).fetchone()  # fmt: skip
+        assert row is not None
+        cur.execute(_CLEAR_DATES, key)
+        cur.execute(
+            _INSERT_DATES,
+            key | {"names": [d.name for d in dates], "ats": [d.at for d in dates],
+                   "walls": [d.wall for d in dates]},
+        )  # fmt: skip
+        entity = load_entity(conn, workspace_id, row)
+        live = rule_rows(conn, _LIVE, key)
+        result = sync_entity(
+            conn, workspace_id, entity.state(), rules, live, settings, now, updated_by
+        )
+        every = rule_rows(conn, _ALL, key)
+    emit_metrics("dates", result)
+    return EntityResult(entity, every, created=bool(row["created"]), result=result)
+
+
+def get_entity(
+    conn: Connection, workspace_id: UUID, entity_type: str, entity_id: str
+) -> EntityView:
+    key = {"workspace_id": workspace_id, "entity_type": entity_type, "entity_id": entity_id}
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_GET, key).fetchone()
+    if row is None:
+        raise NotFoundError(f"no entity {entity_type}/{entity_id} in this workspace")
+    return EntityView(load_entity(conn, workspace_id, row), rule_rows(conn, _ALL, key))
+
+
+def delete_entity(
+    conn: Connection, workspace_id: UUID, entity_type: str, entity_id: str
+) -> EntityResult:
+    """Forget the entity and its dates; its rules' pending actions are cancelled (sent ones
+    stay as history)."""
+    key = {"workspace_id": workspace_id, "entity_type": entity_type, "entity_id": entity_id}
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_LOCK, key).fetchone()
+        if row is None:
+            raise NotFoundError(f"no entity {entity_type}/{entity_id} in this workspace")
+        entity = load_entity(conn, workspace_id, row)
+        result = ProduceResult()
+        for live in rule_rows(conn, _LIVE, key):
+            withdraw(conn, live, WITHDRAWN, result)
+        cur.execute(_DELETE, key)
+        every = rule_rows(conn, _ALL, key)
+    emit_metrics("dates", result)
+    return EntityResult(entity, every, result=result)

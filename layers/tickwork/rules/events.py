@@ -1,0 +1,159 @@
+"""Events: `{type, entities, context, occurred_at}` → one action, due now, for every
+enabled rule on that event type whose conditions hold.
+
+Each action's idempotency key is `{rule}:{type}:{entity ids}:{date}` (the date of
+`occurred_at` in the workspace's zone), in scheduled_actions' unique dedupe column: the same
+event twice in a day, or from two clients at once, makes one action per rule, and the
+answer says the second was a duplicate; the next day makes a new one (a daily digest).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+from zoneinfo import ZoneInfo
+
+from psycopg.rows import dict_row
+
+from tickwork.actions import PAYLOAD_MAX_BYTES, payload_size
+from tickwork.config import Settings
+from tickwork.db import Connection
+from tickwork.errors import InputError, PayloadTooLargeError
+from tickwork.rules.model import (
+    EVENT_TYPE,
+    MAX_ENTITIES,
+    Failed,
+    ProduceResult,
+    event_key,
+    rule_from_row,
+)
+from tickwork.rules.produce import Firing, collect, emit_metrics, fire
+from tickwork.sql import query
+from tickwork.wallclock import require_aware
+
+_EVENT_RULES = query("event_rules")
+
+# How far ahead of our clock an occurred_at may be (clock skew), and how old an event may be.
+MAX_FUTURE = timedelta(minutes=5)
+MAX_AGE = timedelta(days=30)
+_ENTITY_KIND = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+
+@dataclass(frozen=True)
+class EventInput:
+    type: str
+    entities: Mapping[str, str] = field(default_factory=dict)
+    context: Mapping[str, Any] = field(default_factory=dict)
+    occurred_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ValidEvent:
+    type: str
+    entities: dict[str, str]
+    context: dict[str, Any]
+    occurred_at: datetime
+
+
+def has_nul(value: Any) -> bool:
+    """Whether a JSON value holds a NUL character anywhere (Postgres cannot store one)."""
+    return "\\u0000" in json.dumps(value)
+
+
+def validate_event(event: EventInput, now: datetime) -> ValidEvent:
+    if not isinstance(event.type, str) or not EVENT_TYPE.match(event.type):
+        raise InputError(
+            "type must be an event type such as 'booking.confirmed' (letters, digits, '.',"
+            " '_', ':', '-'; at most 100)",
+            field="type",
+        )
+    if not isinstance(event.entities, Mapping) or len(event.entities) > MAX_ENTITIES:
+        raise InputError(
+            f"entities must be an object of at most {MAX_ENTITIES} entity type → id",
+            field="entities",
+        )
+    entities: dict[str, str] = {}
+    for kind, entity_id in event.entities.items():
+        if not isinstance(kind, str) or not _ENTITY_KIND.match(kind):
+            raise InputError(
+                f"entities: {kind!r} is not an entity type such as 'booking'", field="entities"
+            )
+        if not isinstance(entity_id, str) or not 1 <= len(entity_id) <= 200 or "\x00" in entity_id:
+            raise InputError(
+                f"entities.{kind} must be an id of 1 to 200 characters",
+                field=f"entities.{kind}",
+            )
+        entities[kind] = entity_id
+    if not isinstance(event.context, Mapping):
+        raise InputError("context must be a JSON object", field="context")
+    context = dict(event.context)
+    if has_nul(context):
+        raise InputError(
+            "context contains a NUL character, which cannot be stored", field="context"
+        )
+    size = payload_size(context)
+    if size > PAYLOAD_MAX_BYTES:
+        raise PayloadTooLargeError(
+            f"context is {size} bytes; the limit is {PAYLOAD_MAX_BYTES}", field="context"
+        )
+    occurred_at = (
+        now if event.occurred_at is None else require_aware(event.occurred_at, field="occurred_at")
+    )
+    if occurred_at > now + MAX_FUTURE:
+        raise InputError("occurred_at is in the future", field="occurred_at")
+    if occurred_at < now - MAX_AGE:
+        raise InputError(
+            f"occurred_at is more than {MAX_AGE.days} days ago; such an event is not acted on",
+            field="occurred_at",
+        )
+    return ValidEvent(event.type, entities, context, occurred_at)
+
+
+def event_context(event: ValidEvent, rule_id: UUID, rule_name: str) -> dict[str, Any]:
+    """The context snapshot of one rule's action: what its templates and conditions see."""
+    return {
+        "context": event.context,
+        "event": {"type": event.type, "occurred_at": event.occurred_at.isoformat(),
+                  "entities": event.entities},
+        "rule": {"id": str(rule_id), "name": rule_name},
+    }  # fmt: skip
+
+
+def emit_event(
+    conn: Connection,
+    workspace_id: UUID,
+    event: EventInput,
+    timezone: ZoneInfo,
+    settings: Settings,
+    now: datetime,
+    *,
+    created_by: str | None = None,
+) -> ProduceResult:
+    """Fire every enabled rule on the event's type, each in its own savepoint: one rule's
+    failure (a template that meets a missing field) is reported, the others still fire.
+    Raises InputError only for an event that is itself invalid."""
+    valid = validate_event(event, now)
+    day = valid.occurred_at.astimezone(timezone).date().isoformat()
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            _EVENT_RULES, {"workspace_id": workspace_id, "event_type": valid.type}
+        ).fetchall()
+        result = ProduceResult()
+        for rule in map(rule_from_row, rows):
+            try:
+                compiled = rule.compiled()
+            except InputError as exc:
+                result.failed.append(Failed(rule.id, rule.name, exc.field or "rule", exc.message))
+                continue
+            firing = Firing(
+                compiled, "event", event_key(rule.id, valid.type, valid.entities, day),
+                event_context(valid, rule.id, rule.name), now,
+            )  # fmt: skip
+            collect(result, fire(conn, workspace_id, firing, settings, now, created_by))
+    emit_metrics("event", result)
+    return result
