@@ -4,24 +4,38 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install dev demo test test-unit lint format bench fuzz build deploy layer-lock clean
+.PHONY: install dev demo status reset test test-unit lint format bench fuzz build deploy layer-lock clean
 
 # A virtualenv with tickwork (editable) and the dev tools; redone when pyproject.toml changes.
+# pip prints a line per package it collects and installs, so the first run is not silent.
 $(STAMP): pyproject.toml
+	@echo "installing Tickwork and its tools into $(VENV) (first run or pyproject.toml changed: 1-2 min)..."
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip install --progress-bar off -e '.[dev]' \
+		| grep --line-buffered -E '^(Collecting|Successfully installed)' | cut -c1-100 || true
+	@$(BIN)/python -c 'import tickwork' || { echo "install failed: run $(BIN)/python -m pip install -e '.[dev]' to see why"; exit 1; }
 	@rm -f $(VENV)/.installed-* && touch $@
+	@echo "installed."
 
 install: $(STAMP)
 
 # Runs Tickwork locally: embedded Postgres (unless DATABASE_URL is set), tick, queues,
 # dispatchers, API and a webhook receiver.
+# Options pass through ARGS, e.g. make dev ARGS='--api-port 9788 --receiver-port 9787'.
 dev: $(STAMP)
-	$(BIN)/tickwork dev
+	$(BIN)/tickwork dev $(ARGS)
 
 demo: $(STAMP)
 	$(BIN)/tickwork demo
+
+status: $(STAMP)
+	$(BIN)/tickwork status $(ARGS)
+
+# Deletes the local data directory's database and JWT key (asks first; `tickwork reset --yes`
+# does not).
+reset: $(STAMP)
+	$(BIN)/tickwork reset
 
 # The whole suite on a real Postgres: DATABASE_URL if set, else an embedded one.
 test: $(STAMP)

@@ -174,3 +174,13 @@ def runtime(database_url: str, settings: Settings) -> Iterator[Runtime]:
     yield engine
     engine.db.close()
     engine.api_database().close()
+
+
+@pytest.fixture(autouse=True)
+def _local_data_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Every test gets a data directory of its own: none writes to the user's."""
+    root = tmp_path_factory.mktemp("tickwork-data")
+    monkeypatch.setenv("TICKWORK_DATA_DIR", str(root))
+    return root

@@ -14,6 +14,7 @@ Both follow from PEP 495 with fold=0, which is what `resolve_wall_time` uses.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from functools import cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -145,3 +146,43 @@ def local_rendering(instant: datetime, tz: ZoneInfo) -> str:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class WallTimeResolution:
+    """How a wall time became an instant, for answers to say when the zone's rule moved it."""
+
+    wall_time: str  # as asked, YYYY-MM-DDTHH:MM:SS
+    timezone: str
+    rule: str  # "exact", "skipped_moved_forward" or "repeated_first_occurrence"
+    local: str  # the instant in `timezone`, with its offset
+    note: str
+
+
+def describe_resolution(day: str, clock: str, tz_name: str) -> WallTimeResolution:
+    """What `parse_wall_time(day, clock, tz_name)` did with this wall time, and why."""
+    tz = zone(tz_name)
+    wall = datetime.combine(parse_date(day), parse_clock(clock))
+    first = wall.replace(tzinfo=tz, fold=0)
+    instant = first.astimezone(UTC)
+    local = instant.astimezone(tz)
+    asked = wall.isoformat()
+    if local.replace(tzinfo=None) != wall:
+        gap = local.replace(tzinfo=None) - wall
+        return WallTimeResolution(
+            asked, tz_name, "skipped_moved_forward", local.isoformat(),
+            f"{asked} does not exist in {tz_name} (the clocks jump forward there); moved"
+            f" forward by the {_span(gap.total_seconds())} gap",
+        )  # fmt: skip
+    if wall.replace(tzinfo=tz, fold=1).utcoffset() != first.utcoffset():
+        return WallTimeResolution(
+            asked, tz_name, "repeated_first_occurrence", local.isoformat(),
+            f"{asked} happens twice in {tz_name} (the clocks go back there); the first"
+            f" occurrence, at UTC offset {local.strftime('%z')}, was used",
+        )  # fmt: skip
+    return WallTimeResolution(asked, tz_name, "exact", local.isoformat(), "")
+
+
+def _span(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h" if minutes % 60 == 0 else f"{minutes} min"

@@ -60,6 +60,16 @@ class Reschedule(When):
     pass
 
 
+class ResolvedOut(BaseModel):
+    """How the wall time of the request became `publish_at` (the rule under *Time*)."""
+
+    wall_time: str = Field(description="the date and time asked for")
+    timezone: str = Field(description="the zone they were read in")
+    rule: Literal["exact", "skipped_moved_forward", "repeated_first_occurrence"]
+    local: str = Field(description="publish_at in that zone, with its offset")
+    note: str = Field(description="what happened, when the rule moved or chose the time")
+
+
 class ActionOut(BaseModel):
     id: UUID
     action_type: str
@@ -83,6 +93,11 @@ class ActionOut(BaseModel):
     idempotency_key: str | None
     created_at: datetime
     updated_at: datetime
+    resolved: ResolvedOut | None = Field(
+        default=None,
+        description="in the answer to a request that gave date and time: how that wall time"
+        " was read (moved forward when the zone skips it, the first when it repeats)",
+    )
     connection_id: UUID | None = None
 
     @classmethod
@@ -102,9 +117,21 @@ class ActionOut(BaseModel):
         )  # fmt: skip
 
 
+class CalendarRange(BaseModel):
+    """The range a calendar page covers, as given or by default."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    start: datetime = Field(alias="from", description="inclusive")
+    end: datetime = Field(alias="to", description="exclusive")
+
+
 class ActionPage(BaseModel):
     items: list[ActionOut]
     next_cursor: str | None = Field(description="pass as `cursor` for the next page")
+    range: CalendarRange | None = Field(
+        default=None, description="the from and to used (defaults: 24 h ago, from + 31 days)"
+    )
 
 
 class StatusCount(BaseModel):
@@ -215,4 +242,7 @@ class IntentOut(BaseModel):
     actions: list[ActionOut] = Field(description="every action of the thing, oldest first")
     reconciled: ReconcileOut | None = Field(
         default=None, description="what reconciling did, on a write"
+    )
+    resolved: ResolvedOut | None = Field(
+        default=None, description="how the wall time is read in its zone, when it has one"
     )
