@@ -85,6 +85,7 @@ class Action:
     recurring_schedule_id: UUID | None
     created_at: datetime
     updated_at: datetime
+    connection_id: UUID | None = None  # the workspace connection it is sent through
 
     @property
     def due_at(self) -> datetime:
@@ -108,6 +109,7 @@ class NewAction:
     created_by: str | None = None
     rescheduled_from: UUID | None = None
     recurring_schedule_id: UUID | None = None
+    connection_id: UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,9 @@ def validate(new: NewAction, settings: Settings, now: datetime) -> NewAction:
             " days ahead",
             field="publish_at",
         )
+    from tickwork.providers.catalog import check_payload
+
+    check_payload(action_type.provider, new.payload, has_connection=new.connection_id is not None)
     if new.publish_at is publish_at:
         return new
     return NewAction(**{**_fields(new), "publish_at": publish_at})
@@ -255,7 +260,15 @@ def schedule(
     conn: Connection, workspace_id: UUID, new: NewAction, settings: Settings, now: datetime
 ) -> Scheduled:
     """Insert a queued action after validating it. Same dedupe key → the first row."""
-    return _insert(conn, workspace_id, validate(new, settings, now))
+    checked = validate(new, settings, now)
+    if checked.connection_id is not None:
+        from tickwork import connections
+        from tickwork.providers.catalog import check_payload_for
+
+        provider = settings.action_types[checked.action_type].provider
+        found = connections.require_usable(conn, workspace_id, checked.connection_id, provider)
+        check_payload_for(provider, checked.payload, found.settings)
+    return _insert(conn, workspace_id, checked)
 
 
 def schedule_once(
@@ -297,6 +310,7 @@ def same_request(existing: Action, new: NewAction) -> bool:
         and existing.thing_id == new.thing_id
         and existing.payload == new.payload
         and existing.publish_at == require_aware(new.publish_at)
+        and existing.connection_id == new.connection_id
     )
 
 
@@ -399,6 +413,7 @@ def reschedule(
             created_by=created_by or old.created_by,
             rescheduled_from=old.id,
             recurring_schedule_id=old.recurring_schedule_id,
+            connection_id=old.connection_id,
         )
         scheduled = schedule(conn, workspace_id, replacement, settings, now)
     return cancelled, scheduled.action

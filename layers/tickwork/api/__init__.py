@@ -16,7 +16,17 @@ from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork import __version__
-from tickwork.api import actions, entities, errors, events, intents, recurring, rules, workspace
+from tickwork.api import (
+    actions,
+    connections,
+    entities,
+    errors,
+    events,
+    intents,
+    recurring,
+    rules,
+    workspace,
+)
 from tickwork.api.request import check_event, decode_body, request_checks
 from tickwork.api.scope import tenancy
 from tickwork.errors import TickworkError
@@ -105,6 +115,7 @@ def build() -> APIGatewayHttpResolver:
     app.include_router(rules.router)
     app.include_router(events.router)
     app.include_router(entities.router)
+    app.include_router(connections.router)
     errors.register(app)
     return app
 

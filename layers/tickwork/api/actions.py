@@ -110,6 +110,7 @@ def create_action(
         publish_at=_instant(request, body),
         dedupe_key=idempotency_key,
         created_by=request.caller.user_id,
+        connection_id=body.connection_id,
     )
     result = actions.schedule_once(
         request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
