@@ -57,9 +57,9 @@ def twilio_connection(**overrides: Any) -> dict[str, Any]:
 def fakes(api: Api) -> Iterator[dict[str, Any]]:
     postmark, twilio, slack = FakePostmark(), FakeTwilio(), FakeSlack()
     registry = api.local.runtime.providers
-    registry.register("send_email", PostmarkProvider({"api_url": postmark.url}, 2.0, LOOPBACK))
-    registry.register("send_sms", TwilioProvider({"api_url": twilio.url}, 2.0, LOOPBACK))
-    registry.register("slack_message", SlackProvider({"api_url": slack.url}, 2.0, LOOPBACK))
+    registry.register("email", PostmarkProvider({"api_url": postmark.url}, 2.0, LOOPBACK))
+    registry.register("sms", TwilioProvider({"api_url": twilio.url}, 2.0, LOOPBACK))
+    registry.register("slack", SlackProvider({"api_url": slack.url}, 2.0, LOOPBACK))
     yield {"postmark": postmark, "twilio": twilio, "slack": slack}
     for fake in (postmark, twilio, slack):
         fake.close()
@@ -185,24 +185,24 @@ def schedule(api: Api, client: Any = None, **body: Any) -> httpx.Response:
 @pytest.mark.parametrize(
     ("action_type", "payload", "field"),
     [
-        ("send_email", {"subject": "x", "text": "y"}, "payload.to"),
-        ("send_email", {"to": "not-an-address", "subject": "x", "text": "y"}, "payload.to"),
-        ("send_email", {"to": "a@example.com", "text": "y"}, "payload.subject"),
-        ("send_email", {"to": "a@example.com", "subject": "x"}, "payload"),
-        ("send_email", {"to": ["a@example.com"] * 51, "subject": "x", "text": "y"}, "payload"),
-        ("send_email", EMAIL | {"colour": "red"}, "payload.colour"),
-        ("send_sms", {"to": "0155 555", "body": "x"}, "payload.to"),
-        ("send_sms", {"to": "+14155550100"}, "payload.body"),
-        ("send_sms", {"to": "+14155550100", "body": "x" * 1601}, "payload.body"),
-        ("slack_message", {"channel": "C1"}, "payload"),
-        ("slack_message", {"text": "x" * 40001}, "payload.text"),
-        ("slack_message", {"text": "x", "thread_ts": "yesterday"}, "payload.thread_ts"),
+        ("email", {"subject": "x", "text": "y"}, "payload.to"),
+        ("email", {"to": "not-an-address", "subject": "x", "text": "y"}, "payload.to"),
+        ("email", {"to": "a@example.com", "text": "y"}, "payload.subject"),
+        ("email", {"to": "a@example.com", "subject": "x"}, "payload"),
+        ("email", {"to": ["a@example.com"] * 51, "subject": "x", "text": "y"}, "payload"),
+        ("email", EMAIL | {"colour": "red"}, "payload.colour"),
+        ("sms", {"to": "0155 555", "body": "x"}, "payload.to"),
+        ("sms", {"to": "+14155550100"}, "payload.body"),
+        ("sms", {"to": "+14155550100", "body": "x" * 1601}, "payload.body"),
+        ("slack", {"channel": "C1"}, "payload"),
+        ("slack", {"text": "x" * 40001}, "payload.text"),
+        ("slack", {"text": "x", "thread_ts": "yesterday"}, "payload.thread_ts"),
     ],
 )  # fmt: skip
 def test_payloads_are_checked_at_schedule_time(api, action_type, payload, field):
-    provider = {"send_email": "postmark", "send_sms": "twilio", "slack_message": "slack"}
-    spec = {"send_email": postmark_connection(), "send_sms": twilio_connection(),
-            "slack_message": {"name": "Bot", "provider": "slack",
+    provider = {"email": "postmark", "sms": "twilio", "slack": "slack"}
+    spec = {"email": postmark_connection(), "sms": twilio_connection(),
+            "slack": {"name": "Bot", "provider": "slack",
                               "credentials": {"bot_token": SLACK_TOKEN}}}[action_type]  # fmt: skip
     assert spec["provider"] == provider[action_type]
     connection = api.admin.call("POST", "/v1/connections", json=spec)
@@ -217,24 +217,24 @@ def test_connection_rules_at_schedule_time(api):
     sms = api.admin.call("POST", "/v1/connections", json=twilio_connection())
     theirs = api.outsider.call("POST", "/v1/connections", json=postmark_connection())
     # none named where one is required
-    answer = schedule(api, action_type="send_email", payload=EMAIL)
+    answer = schedule(api, action_type="email", payload=EMAIL)
     assert (answer.status_code, answer.json()["error"]["details"]["field"]) == (
         422,
         "connection_id",
     )
     # another workspace's: not found
-    answer = schedule(api, action_type="send_email", payload=EMAIL, connection_id=theirs["id"])
+    answer = schedule(api, action_type="email", payload=EMAIL, connection_id=theirs["id"])
     assert answer.status_code == 404
     # another provider's
-    answer = schedule(api, action_type="send_email", payload=EMAIL, connection_id=sms["id"])
+    answer = schedule(api, action_type="email", payload=EMAIL, connection_id=sms["id"])
     assert (answer.status_code, answer.json()["error"]["code"]) == (422, "connection_unusable")
     # disabled, then deleted
     api.admin.call("PATCH", f"/v1/connections/{email['id']}", json={"status": "disabled"})
-    answer = schedule(api, action_type="send_email", payload=EMAIL, connection_id=email["id"])
+    answer = schedule(api, action_type="email", payload=EMAIL, connection_id=email["id"])
     assert answer.status_code == 422
     assert "disabled" in answer.json()["error"]["message"]
     api.admin.call("DELETE", f"/v1/connections/{email['id']}")
-    answer = schedule(api, action_type="send_email", payload=EMAIL, connection_id=email["id"])
+    answer = schedule(api, action_type="email", payload=EMAIL, connection_id=email["id"])
     assert answer.status_code == 422
     assert "deleted" in answer.json()["error"]["message"]
     # a provider without connections
@@ -251,11 +251,11 @@ def test_email_sms_and_slack_are_sent_through_the_workspaces_connections(api, fa
     bot = api.admin.call("POST", "/v1/connections", json={
         "name": "Bot", "provider": "slack", "credentials": {"bot_token": SLACK_TOKEN}})  # fmt: skip
     ids = [
-        schedule(api, action_type="send_email", payload=EMAIL, connection_id=email["id"],
+        schedule(api, action_type="email", payload=EMAIL, connection_id=email["id"],
                  publish_at=at(0.5)).json()["id"],
-        schedule(api, action_type="send_sms", payload=SMS, connection_id=sms["id"],
+        schedule(api, action_type="sms", payload=SMS, connection_id=sms["id"],
                  publish_at=at(0.5)).json()["id"],
-        schedule(api, action_type="slack_message", payload={"channel": "C1", "text": "hi"},
+        schedule(api, action_type="slack", payload={"channel": "C1", "text": "hi"},
                  connection_id=bot["id"], publish_at=at(0.5)).json()["id"],
     ]  # fmt: skip
     rows = [settle(api, action_id) for action_id in ids]
@@ -270,9 +270,9 @@ def test_email_sms_and_slack_are_sent_through_the_workspaces_connections(api, fa
 def test_a_connection_removed_before_firing_fails_the_row_unsent(api, fakes):
     email = api.admin.call("POST", "/v1/connections", json=postmark_connection())
     sms = api.admin.call("POST", "/v1/connections", json=twilio_connection())
-    first = schedule(api, action_type="send_email", payload=EMAIL, connection_id=email["id"],
+    first = schedule(api, action_type="email", payload=EMAIL, connection_id=email["id"],
                      publish_at=at(1)).json()  # fmt: skip
-    second = schedule(api, action_type="send_sms", payload=SMS, connection_id=sms["id"],
+    second = schedule(api, action_type="sms", payload=SMS, connection_id=sms["id"],
                       publish_at=at(1)).json()  # fmt: skip
     api.admin.call("DELETE", f"/v1/connections/{email['id']}")
     api.admin.call("PATCH", f"/v1/connections/{sms['id']}", json={"status": "disabled"})
@@ -325,9 +325,9 @@ def test_credentials_appear_in_no_response_no_log_and_no_last_error(api, fakes):
         leak.body = {"code": 21211, "message": f"bad number; auth was {ACCOUNT_SID}:{AUTH_TOKEN}"}
         fakes["twilio"].then(f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages.json", leak)
         action_ids = [
-            schedule(api, action_type="send_email", payload=EMAIL,
+            schedule(api, action_type="email", payload=EMAIL,
                      connection_id=email.json()["id"], publish_at=at(0.3)).json()["id"],
-            schedule(api, action_type="send_sms", payload=SMS,
+            schedule(api, action_type="sms", payload=SMS,
                      connection_id=sms.json()["id"], publish_at=at(0.3)).json()["id"],
         ]  # fmt: skip
         rows = [settle(api, action_id) for action_id in action_ids]
@@ -347,7 +347,7 @@ def test_credentials_appear_in_no_response_no_log_and_no_last_error(api, fakes):
 def test_a_recurring_schedule_sends_its_occurrences_through_its_connection(api, fakes):
     email = api.admin.call("POST", "/v1/connections", json=postmark_connection())
     theirs = api.outsider.call("POST", "/v1/connections", json=postmark_connection())
-    body = {"action_type": "send_email", "target_key": "digest", "rrule": "FREQ=DAILY",
+    body = {"action_type": "email", "target_key": "digest", "rrule": "FREQ=DAILY",
             "payload": EMAIL, "timezone": "UTC"}  # fmt: skip
     # Without a connection, or with another workspace's, it is refused
     missing = raw(api, "POST", "/v1/recurring", json=body)

@@ -22,16 +22,16 @@ from tickwork.tick import run_tick
 def slack_rows(conn, workspace, runtime, now):
     fake = FakeSlack()
     runtime.settings = runtime.settings.model_copy(
-        update={"action_types": {"slack_message": ActionTypeConfig(provider="slack")}}
+        update={"action_types": {"slack": ActionTypeConfig(provider="slack")}}
     )
-    runtime.providers.register("slack_message", SlackProvider({"api_url": fake.url}, 2.0, LOOPBACK))
+    runtime.providers.register("slack", SlackProvider({"api_url": fake.url}, 2.0, LOOPBACK))
     connection = connections.create(
         conn, workspace, name="Bot", provider="slack", settings={},
         credentials={"bot_token": TOKEN}, store=runtime.secrets, created_by=None,
     )  # fmt: skip
     ids = [
         actions.schedule(conn, workspace, NewAction(
-            action_type="slack_message", target_key=f"t{n}", publish_at=now,
+            action_type="slack", target_key=f"t{n}", publish_at=now,
             payload={"channel": "C1", "text": f"message {n}"}, connection_id=connection.id,
         ), runtime.settings, now).action.id
         for n in range(3)
@@ -43,7 +43,7 @@ def slack_rows(conn, workspace, runtime, now):
 def test_a_batch_through_one_connection_is_sent_and_published(conn, runtime, slack_rows):
     fake, ids = slack_rows
     run_tick(conn, runtime.queues, runtime.settings)
-    summary = drain(runtime, "slack_message")
+    summary = drain(runtime, "slack")
     assert summary.published == 3
     assert len(fake.posts()) == 3
     assert {row(conn, i)["status"] for i in ids} == {"published"}
@@ -59,7 +59,7 @@ def test_connections_unreadable_hand_the_claimed_rows_back_unsent(
 
     monkeypatch.setattr(connections, "load", down)
     run_tick(conn, runtime.queues, runtime.settings)
-    summary = drain(runtime, "slack_message")
+    summary = drain(runtime, "slack")
     assert summary.reverted == 3
     assert fake.posts() == []
     for action_id in ids:

@@ -174,17 +174,17 @@ def test_graphemes_count_what_a_person_sees():
 def test_an_ambiguous_create_is_retried_without_a_second_post(conn, workspace, runtime, pds, now):
     # Given a Bluesky action type and a workspace connection to the fake PDS
     runtime.settings = runtime.settings.model_copy(update={
-        "action_types": {"bluesky_post": ActionTypeConfig(provider="bluesky")},
+        "action_types": {"bluesky": ActionTypeConfig(provider="bluesky")},
         "backoff_base_seconds": 0.05,
     })  # fmt: skip
-    runtime.providers.register("bluesky_post", provider())
+    runtime.providers.register("bluesky", provider())
     connection = connections.create(
         conn, workspace, name="Skeets", provider="bluesky",
         settings={"handle": HANDLE, "service_url": pds.url},
         credentials={"app_password": APP_PASSWORD}, store=runtime.secrets, created_by=None,
     )  # fmt: skip
     scheduled = actions.schedule(conn, workspace, NewAction(
-        action_type="bluesky_post", target_key="main", publish_at=now,
+        action_type="bluesky", target_key="main", publish_at=now,
         payload={"text": "Launch day!"}, connection_id=connection.id,
     ), runtime.settings, now)  # fmt: skip
     # When the first create posts but its answer is lost (502), and the dispatcher retries
@@ -192,7 +192,7 @@ def test_an_ambiguous_create_is_retried_without_a_second_post(conn, workspace, r
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         run_tick(conn, runtime.queues, runtime.settings)
-        drain(runtime, "bluesky_post", wait=0.1)
+        drain(runtime, "bluesky", wait=0.1)
         current = row(conn, scheduled.action.id)
         if current["status"] in ("published", "failed"):
             break

@@ -101,17 +101,17 @@ def test_an_ambiguous_attempt_is_retried_without_a_second_post(
 ):
     # Given a Mastodon action type and a workspace connection to the fake instance
     runtime.settings = runtime.settings.model_copy(update={
-        "action_types": {"mastodon_post": ActionTypeConfig(provider="mastodon")},
+        "action_types": {"mastodon": ActionTypeConfig(provider="mastodon")},
         "backoff_base_seconds": 0.05,
     })  # fmt: skip
-    runtime.providers.register("mastodon_post", provider())
+    runtime.providers.register("mastodon", provider())
     connection = connections.create(
         conn, workspace, name="Toots", provider="mastodon",
         settings={"instance_url": instance.url}, credentials={"access_token": TOKEN},
         store=runtime.secrets, created_by=None,
     )  # fmt: skip
     scheduled = actions.schedule(conn, workspace, NewAction(
-        action_type="mastodon_post", target_key="main", publish_at=now,
+        action_type="mastodon", target_key="main", publish_at=now,
         payload={"status": "Launch day!"}, connection_id=connection.id,
     ), runtime.settings, now)  # fmt: skip
     # When the first attempt posts but its answer is lost (503), and the dispatcher retries
@@ -119,7 +119,7 @@ def test_an_ambiguous_attempt_is_retried_without_a_second_post(
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         run_tick(conn, runtime.queues, runtime.settings)
-        drain(runtime, "mastodon_post", wait=0.1)
+        drain(runtime, "mastodon", wait=0.1)
         current = row(conn, scheduled.action.id)
         if current["status"] in ("published", "failed"):
             break
@@ -133,13 +133,13 @@ def test_an_ambiguous_attempt_is_retried_without_a_second_post(
 def test_a_status_over_the_connections_limit_is_refused_at_schedule_time(conn, workspace, now):
     from tickwork.config import Settings
 
-    settings = Settings(action_types={"mastodon_post": ActionTypeConfig(provider="mastodon")})
+    settings = Settings(action_types={"mastodon": ActionTypeConfig(provider="mastodon")})
     connection = connections.create(
         conn, workspace, name="Toots", provider="mastodon",
         settings={"instance_url": "https://example.social", "max_characters": 100},
         credentials={"access_token": TOKEN}, store=MemorySecretStore(), created_by=None,
     )  # fmt: skip
-    new = NewAction(action_type="mastodon_post", target_key="main", publish_at=now,
+    new = NewAction(action_type="mastodon", target_key="main", publish_at=now,
                     payload={"status": "x" * 101}, connection_id=connection.id)  # fmt: skip
     with pytest.raises(InputError) as refused:
         actions.schedule(conn, workspace, new, settings, now)

@@ -34,7 +34,7 @@ def via(token: str = TOKEN):
 
 
 def test_the_documented_request_and_its_message_id(postmark):
-    action = an_action(action_type="send_email", payload=PAYLOAD)
+    action = an_action(action_type="email", payload=PAYLOAD)
     outcome = provider(postmark).send(action, via())
     assert isinstance(outcome, Delivered)
     [sent] = postmark.emails()

@@ -66,7 +66,7 @@ def test_unknown_queue_or_refused_send_reports_every_id(sqs, now):
     queues = SqsQueues({"webhook": "https://sqs.us-east-1.amazonaws.com/123/nope"}, client=sqs)
     messages = [OutgoingMessage.for_row(uuid4(), "webhook", now, now) for _ in range(3)]
     assert sorted(queues.send("webhook", messages)) == sorted(m.action_id for m in messages)
-    assert len(queues.send("send_sms", messages)) == 3
+    assert len(queues.send("sms", messages)) == 3
 
 
 def test_a_failed_message_comes_back_after_its_shortened_visibility(sqs, now):
@@ -78,7 +78,7 @@ def test_a_failed_message_comes_back_after_its_shortened_visibility(sqs, now):
     changed = queues.change_visibility("webhook", [VisibilityChange(received["ReceiptHandle"], 0)])
     assert changed == 1
     assert [m["MessageId"] for m in receive_all(sqs, url)] == [received["MessageId"]]
-    assert queues.change_visibility("send_sms", [VisibilityChange("x", 0)]) == 0
+    assert queues.change_visibility("sms", [VisibilityChange("x", 0)]) == 0
 
 
 def test_redrive_moves_a_message_to_the_dlq_after_max_receive_count(sqs):

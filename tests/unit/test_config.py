@@ -16,16 +16,16 @@ def test_environment_values_are_typed():
         {
             "DATABASE_URL": "postgresql://x/y",
             "TICKWORK_DISPATCH_ENABLED": "false",
-            "TICKWORK_PAUSED_ACTION_TYPES": "send_sms, publish_post",
+            "TICKWORK_PAUSED_ACTION_TYPES": "sms, publish_post",
             "TICKWORK_LOOKAHEAD_SECONDS": "90",
-            "TICKWORK_ACTION_TYPES": '{"send_sms": {"provider": "log", "targets": ["sms"],'
+            "TICKWORK_ACTION_TYPES": '{"sms": {"provider": "log", "targets": ["sms"],'
             ' "max_lateness_seconds": 600}}',
         }
     )
     assert settings.database_url == "postgresql://x/y"
     assert settings.lookahead_seconds == 90
-    assert settings.paused_action_types == frozenset({"send_sms", "publish_post"})
-    sms = settings.action_type("send_sms")
+    assert settings.paused_action_types == frozenset({"sms", "publish_post"})
+    sms = settings.action_type("sms")
     assert sms is not None
     assert sms.targets == frozenset({"sms"})
     assert sms.max_lateness is not None

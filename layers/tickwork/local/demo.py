@@ -146,21 +146,21 @@ def watch(
 # Connections of the Demo workspace, sending to the local provider sandbox (which accepts any
 # credentials): an email account, an SMS account and a chat bot.
 DEMO_CONNECTIONS: dict[str, dict[str, Any]] = {
-    "send_email": {"name": "Demo email", "provider": "postmark",
+    "email": {"name": "Demo email", "provider": "postmark",
                    "settings": {"from": "Tickwork demo <demo@example.com>"},
                    "credentials": {"server_token": "local-sandbox-token"}},
-    "send_sms": {"name": "Demo SMS", "provider": "twilio",
+    "sms": {"name": "Demo SMS", "provider": "twilio",
                  "settings": {"account_sid": "AC" + "0" * 32, "from": "+15005550006"},
                  "credentials": {"auth_token": "local-sandbox-token"}},
-    "slack_message": {"name": "Demo Slack", "provider": "slack",
+    "slack": {"name": "Demo Slack", "provider": "slack",
                       "settings": {"default_channel": "#general"},
                       "credentials": {"bot_token": "xoxb-local-sandbox-token"}},
 }  # fmt: skip
 DEMO_PAYLOADS: dict[str, dict[str, Any]] = {
-    "send_email": {"to": "ann@example.com", "subject": "Your weekly digest", "text": "Hi Ann!"},
-    "send_sms": {"to": "+14155550100", "body": "Your table is ready"},
-    "slack_message": {"text": "Standup in 5 minutes"},
-    "mastodon_post": {"status": "Scheduled with Tickwork", "visibility": "unlisted"},
+    "email": {"to": "ann@example.com", "subject": "Your weekly digest", "text": "Hi Ann!"},
+    "sms": {"to": "+14155550100", "body": "Your table is ready"},
+    "slack": {"text": "Standup in 5 minutes"},
+    "mastodon": {"status": "Scheduled with Tickwork", "visibility": "unlisted"},
 }
 
 
@@ -177,7 +177,7 @@ def seed_provider_demo(client: ApiClient, sandbox_url: str, after: float = 3) ->
     """An email, an SMS, a chat message and a Mastodon post, each through a connection, due
     `after` seconds ahead."""
     when = (utcnow() + timedelta(seconds=after)).isoformat()
-    specs = DEMO_CONNECTIONS | {"mastodon_post": {
+    specs = DEMO_CONNECTIONS | {"mastodon": {
         "name": "Demo Mastodon", "provider": "mastodon",
         "settings": {"instance_url": f"{sandbox_url}/mastodon"},
         "credentials": {"access_token": "local-sandbox-token"},

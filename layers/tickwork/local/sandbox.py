@@ -146,10 +146,10 @@ def describe(arrival: Arrival) -> str:
 def sandbox_action_types(url: str) -> dict[str, dict[str, Any]]:
     """Options of the default provider action types, pointed at the sandbox."""
     return {
-        "send_email": {"provider": "postmark", "options": {"api_url": f"{url}/postmark"}},
-        "send_sms": {"provider": "twilio", "options": {"api_url": f"{url}/twilio"}},
-        "slack_message": {"provider": "slack", "options": {"api_url": f"{url}/slack/api"}},
+        "email": {"provider": "postmark", "options": {"api_url": f"{url}/postmark"}},
+        "sms": {"provider": "twilio", "options": {"api_url": f"{url}/twilio"}},
+        "slack": {"provider": "slack", "options": {"api_url": f"{url}/slack/api"}},
         # Mastodon and Bluesky call the instance or PDS each connection names.
-        "mastodon_post": {"provider": "mastodon"},
-        "bluesky_post": {"provider": "bluesky"},
+        "mastodon": {"provider": "mastodon"},
+        "bluesky": {"provider": "bluesky"},
     }
