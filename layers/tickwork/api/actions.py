@@ -25,7 +25,6 @@ from tickwork.api.models import (
 )
 from tickwork.api.scope import RequestScope, scope
 from tickwork.errors import NotFoundError
-from tickwork.tick import enqueue_soon
 from tickwork.wallclock import describe_resolution, instant_of
 
 router = Router()
@@ -61,16 +60,6 @@ def _action_id(raw: str) -> UUID:
         raise NotFoundError(f"no action {raw!r} in this workspace") from exc
 
 
-def _enqueue_after_commit(request: RequestScope, action: Action) -> None:
-    """A row due within the tick's look-ahead goes to its queue now, not at the next tick."""
-    rt = request.runtime
-
-    def hand_over() -> None:
-        enqueue_soon(rt.db.connection(), rt.queues, [action.id], rt.settings)
-
-    request.after_commit.append(hand_over)
-
-
 def _move(
     request: RequestScope, action_id: str, publish_at: datetime, verb: str, source: str | None,
     resolved: ResolvedOut | None = None,
@@ -83,7 +72,7 @@ def _move(
     )  # fmt: skip
     actions.expect(transition, key, verb, "queued")
     assert replacement is not None
-    _enqueue_after_commit(request, replacement)
+    request.hand_over([replacement.id])
     return _out(request, replacement).model_copy(update={"resolved": resolved})
 
 
@@ -116,8 +105,7 @@ def create_action(
         request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
     )
     if result.created:
-        request.added_actions()
-        _enqueue_after_commit(request, result.action)
+        request.added([result.action.id])
     return Response(
         status_code=201 if result.created else 200,
         content_type=content_types.APPLICATION_JSON,
@@ -217,6 +205,5 @@ def retry_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
     settings = request.runtime.settings
     transition = actions.retry(request.conn, request.caller.workspace_id, key, settings)
     retried = actions.expect_retried(transition, key)
-    request.added_actions()
-    _enqueue_after_commit(request, retried)
+    request.added([retried.id])
     return _out(request, retried)

@@ -11,7 +11,6 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header
 
 from tickwork.api.models import responses
-from tickwork.api.rules import enqueue_after_commit
 from tickwork.api.rules_models import DatesIn, EntityOut
 from tickwork.api.scope import scope
 from tickwork.errors import InputError, NotFoundError
@@ -50,7 +49,7 @@ def put_dates(
         request.caller.timezone.key, request.runtime.settings, request.now,
         updated_by=request.caller.user_id,
     )  # fmt: skip
-    enqueue_after_commit(request, done.result)
+    request.added(fired.action_id for fired in done.result.created)
     return Response(
         status_code=201 if done.created else 200,
         content_type=content_types.APPLICATION_JSON,

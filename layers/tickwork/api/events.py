@@ -10,7 +10,6 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header
 
 from tickwork.api.models import responses
-from tickwork.api.rules import enqueue_after_commit
 from tickwork.api.rules_models import EventIn, ResultOut
 from tickwork.api.scope import scope
 from tickwork.rules.events import EventInput, emit_event
@@ -39,5 +38,5 @@ def post_event(body: EventIn, workspace: WorkspaceHeader) -> ResultOut:
         request.conn, request.caller.workspace_id, event, request.caller.timezone,
         request.runtime.settings, request.now, created_by=request.caller.user_id,
     )  # fmt: skip
-    enqueue_after_commit(request, result)
+    request.added(fired.action_id for fired in result.created)
     return ResultOut.of(result)

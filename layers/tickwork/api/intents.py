@@ -23,7 +23,6 @@ from tickwork.api.models import (
 from tickwork.api.scope import RequestScope, scope
 from tickwork.errors import NotFoundError
 from tickwork.intents import IntentInput, IntentResult, IntentView
-from tickwork.tick import enqueue_soon
 from tickwork.wallclock import describe_resolution, local_rendering
 
 router = Router()
@@ -67,17 +66,6 @@ def _resolved(day: date | None, clock: time | None, zone_name: str) -> ResolvedO
     return ResolvedOut.model_validate(found, from_attributes=True)
 
 
-def _enqueue_after_commit(request: RequestScope, view: IntentView) -> None:
-    """Rows due within the tick's look-ahead go to their queue once they are committed."""
-    rt, ids = request.runtime, [action.id for action in view.active]
-
-    def hand_over() -> None:
-        enqueue_soon(rt.db.connection(), rt.queues, ids, rt.settings)
-
-    if ids:
-        request.after_commit.append(hand_over)
-
-
 @router.put(
     PATH,
     summary="Declare or change the schedule intent of a thing",
@@ -97,7 +85,7 @@ def put_intent(thing_id: str, body: IntentIn, workspace: WorkspaceHeader) -> Res
     )  # fmt: skip
     if result.reconciled.inserted:
         request.added_actions()
-    _enqueue_after_commit(request, result)
+    request.hand_over(action.id for action in result.active)
     return Response(
         status_code=201 if result.created else 200,
         content_type=content_types.APPLICATION_JSON,

@@ -4,7 +4,6 @@ occurrences), edit, pause, resume, end, run now. Members may do all of it, as wi
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated
 from uuid import UUID
@@ -28,7 +27,6 @@ from tickwork.errors import InputError, InvalidTimeError, NotFoundError
 from tickwork.observability import logger
 from tickwork.recurrence import Occurrence
 from tickwork.recurring import NewSchedule, Schedule, ScheduleChanges, ScheduleCursor
-from tickwork.tick import enqueue_soon
 
 router = Router()
 
@@ -83,26 +81,6 @@ def _out(request: RequestScope, schedule: Schedule, preview: int = PREVIEW_DEFAU
     return ScheduleOut.of(schedule, _preview(schedule, request, preview))
 
 
-def _enqueue_after_commit(request: RequestScope, ids: Sequence[UUID]) -> None:
-    """Rows due within the tick's look-ahead go to their queue now, not at the next tick."""
-    if not ids:
-        return
-    rt = request.runtime
-    handed = list(ids)
-
-    def hand_over() -> None:
-        enqueue_soon(rt.db.connection(), rt.queues, handed, rt.settings)
-
-    request.after_commit.append(hand_over)
-
-
-def _added(request: RequestScope, ids: Sequence[UUID]) -> None:
-    """New rows count against the workspace's quota, then go to their queue once committed."""
-    if ids:
-        request.added_actions()
-    _enqueue_after_commit(request, ids)
-
-
 def _encode_cursor(cursor: ScheduleCursor) -> str:
     raw = f"{cursor.created_at.isoformat()}|{cursor.id}"
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
@@ -138,7 +116,7 @@ def create_schedule(body: CreateSchedule, workspace: WorkspaceHeader) -> Respons
     result = recurring.create_schedule(
         request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
     )
-    _added(request, result.created)
+    request.added(result.created)
     return Response(
         status_code=201,
         content_type=content_types.APPLICATION_JSON,
@@ -205,7 +183,7 @@ def edit_schedule(schedule_id: str, body: SchedulePatch, workspace: WorkspaceHea
         request.conn, request.caller.workspace_id, key, ScheduleChanges(**sent),
         request.runtime.settings, request.now,
     )  # fmt: skip
-    _added(request, result.created)
+    request.added(result.created)
     return _out(request, result.schedule)
 
 
@@ -237,7 +215,7 @@ def resume_schedule(schedule_id: str, workspace: WorkspaceHeader) -> ScheduleOut
     result = recurring.resume_schedule(
         request.conn, request.caller.workspace_id, key, request.runtime.settings, request.now
     )
-    _added(request, result.created)
+    request.added(result.created)
     return _out(request, result.schedule)
 
 
@@ -270,5 +248,5 @@ def run_now(schedule_id: str, workspace: WorkspaceHeader) -> ActionOut:
         request.conn, request.caller.workspace_id, key, request.runtime.settings, request.now,
         created_by=request.caller.user_id,
     )  # fmt: skip
-    _added(request, [action.id])
+    request.added([action.id])
     return ActionOut.of(action, request.caller.timezone)

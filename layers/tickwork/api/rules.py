@@ -14,12 +14,11 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 from tickwork import calendar
 from tickwork.api.models import responses
 from tickwork.api.rules_models import RuleIn, RuleOut, RulePage, RulePatch
-from tickwork.api.scope import RequestScope, scope
+from tickwork.api.scope import scope
 from tickwork.errors import NotFoundError
 from tickwork.rules import store
-from tickwork.rules.model import ProduceResult, RuleInput
+from tickwork.rules.model import RuleInput
 from tickwork.rules.store import RuleChanges, RuleCursor
-from tickwork.tick import enqueue_soon
 
 router = Router()
 
@@ -34,19 +33,6 @@ def _rule_id(raw: str) -> UUID:
         return UUID(raw)
     except ValueError as exc:
         raise NotFoundError(f"no rule {raw[:80]!r} in this workspace") from exc
-
-
-def enqueue_after_commit(request: RequestScope, result: ProduceResult) -> None:
-    """Actions due within the tick's look-ahead go to their queue once committed."""
-    ids = [fired.action_id for fired in result.created]
-    if not ids:
-        return
-    rt = request.runtime
-
-    def hand_over() -> None:
-        enqueue_soon(rt.db.connection(), rt.queues, ids, rt.settings)
-
-    request.after_commit.append(hand_over)
 
 
 def _encode_cursor(cursor: RuleCursor) -> str:
@@ -69,7 +55,7 @@ def create_rule(body: RuleIn, workspace: WorkspaceHeader) -> Response[RuleOut]:
         request.conn, request.caller.workspace_id, given, request.runtime.settings,
         request.now, created_by=request.caller.user_id,
     )  # fmt: skip
-    enqueue_after_commit(request, done.result)
+    request.added(fired.action_id for fired in done.result.created)
     return Response(
         status_code=201,
         content_type=content_types.APPLICATION_JSON,
@@ -138,7 +124,7 @@ def edit_rule(rule_id: str, body: RulePatch, workspace: WorkspaceHeader) -> Rule
         request.conn, request.caller.workspace_id, _rule_id(rule_id), changes,
         request.runtime.settings, request.now, edited_by=request.caller.user_id,
     )  # fmt: skip
-    enqueue_after_commit(request, done.result)
+    request.added(fired.action_id for fired in done.result.created)
     return RuleOut.of(done.rule, done.result)
 
 

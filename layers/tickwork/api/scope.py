@@ -9,7 +9,7 @@ new row to its queue) is queued in `after_commit`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -25,6 +25,7 @@ from tickwork.db import Connection
 from tickwork.errors import AuthenticationError, BadRequestError
 from tickwork.runtime import Runtime
 from tickwork.tenancy import Caller, authorize, tenant_transaction
+from tickwork.tick import enqueue_soon
 from tickwork.wallclock import utcnow
 
 WORKSPACE_HEADER = "x-workspace-id"
@@ -43,6 +44,26 @@ class RequestScope:
         """Call after a write that added active rows: over the workspace's quota, it is
         refused (422) and rolled back."""
         quotas.check_active_actions(self.conn, self.caller.workspace_id, self.runtime.settings)
+
+    def hand_over(self, ids: Iterable[UUID]) -> None:
+        """Rows due within the tick's look-ahead go to their queue once the request has
+        committed, not at the next tick."""
+        handed = list(ids)
+        if not handed:
+            return
+        rt = self.runtime
+
+        def work() -> None:
+            enqueue_soon(rt.db.connection(), rt.queues, handed, rt.settings)
+
+        self.after_commit.append(work)
+
+    def added(self, ids: Iterable[UUID]) -> None:
+        """New active rows: counted against the workspace's quota, then handed over."""
+        new = list(ids)
+        if new:
+            self.added_actions()
+        self.hand_over(new)
 
 
 def scope(router: Router) -> RequestScope:
