@@ -77,7 +77,7 @@ def test_an_action_due_soon_fires_on_time_through_the_api(api):
     wait_for(lambda: created["id"] in arrived_ids(api))
     [delivery] = api.local.receiver.deliveries
     assert delivery.verified
-    assert 0 <= (delivery.lag_seconds or 0) < 0.3
+    assert 0 <= (delivery.lag_seconds or 0) < 1.0  # precision: make bench
 
 
 def test_the_same_idempotency_key_returns_the_same_action(api):

@@ -143,7 +143,9 @@ def test_an_occurrence_due_in_seconds_fires_on_time(api, database_url):
     wait_for(lambda: first_id in arrived_ids(api), timeout=4)
     [delivery] = api.local.receiver.deliveries
     assert delivery.verified
-    assert 0 <= (delivery.lag_seconds or 0) < 0.3
+    # Handed over at the commit: it arrives within a second or so even on a busy machine,
+    # where waiting for the next tick would take up to 60 s (precision is for make bench).
+    assert 0 <= (delivery.lag_seconds or 0) < 2.0
 
 
 # ----------------------------------------------------------------------------- preview
