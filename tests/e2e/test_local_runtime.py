@@ -46,7 +46,7 @@ def test_demo_actions_arrive_signed_and_on_time(database_url, tmp_path):
         assert sorted(arrived) == sorted(expected)
         assert all(d.verified for d in local.receiver.deliveries)
         lags = [d.lag_seconds for d in local.receiver.deliveries]
-        assert all(lag is not None and 0 <= lag < 1.0 for lag in lags), lags  # precision: make bench
+        assert all(lag is not None and 0 <= lag < 1.0 for lag in lags), lags
 
 
 @pytest.fixture
