@@ -85,6 +85,9 @@ class Action:
     recurring_schedule_id: UUID | None
     created_at: datetime
     updated_at: datetime
+    recipient_id: str | None = None
+    transactional: bool = False
+    original_publish_at: datetime | None = None
 
     @property
     def due_at(self) -> datetime:
@@ -108,6 +111,10 @@ class NewAction:
     created_by: str | None = None
     rescheduled_from: UUID | None = None
     recurring_schedule_id: UUID | None = None
+    # A message to a recipient: their quiet hours and caps apply unless transactional.
+    recipient_id: str | None = None
+    transactional: bool = False
+    original_publish_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -237,6 +244,10 @@ def integrity_errors() -> Iterator[None]:
 
 
 def _insert(conn: Connection, workspace_id: UUID, new: NewAction) -> Scheduled:
+    if new.recipient_id is not None:
+        from tickwork.recipients.policy import at_creation
+
+        new = at_creation(conn, workspace_id, new)
     params = _fields(new) | {"workspace_id": workspace_id, "payload": Jsonb(new.payload)}
     with integrity_errors(), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_INSERT, params).fetchone()
@@ -381,6 +392,8 @@ def reschedule(
             created_by=created_by or old.created_by,
             rescheduled_from=old.id,
             recurring_schedule_id=old.recurring_schedule_id,
+            recipient_id=old.recipient_id,
+            transactional=old.transactional,
         )
         scheduled = schedule(conn, workspace_id, replacement, settings, now)
     return cancelled, scheduled.action
@@ -404,8 +417,15 @@ def claim(
         "early_tolerance": early_tolerance,
         "max_lateness": max_lateness,
     }
-    with conn.cursor(row_factory=class_row(Action)) as cur:
-        return cur.execute(_CLAIM, params).fetchall()
+    with conn.transaction(), conn.cursor(row_factory=class_row(Action)) as cur:
+        claimed = cur.execute(_CLAIM, params).fetchall()
+        # Drip steps and messages to recipients pass their policies in the claim's
+        # transaction (fire-time conditions, exits, quiet hours, caps); other rows pay nothing.
+        if any(a.recipient_id is not None or a.source == "sequence" for a in claimed):
+            from tickwork.admission import admit
+
+            claimed = admit(conn, claimed)
+        return claimed
 
 
 @dataclass(frozen=True)
