@@ -222,8 +222,11 @@ $$;
 create function tickwork_log_cancel() returns trigger
 language plpgsql as $$
 begin
-    insert into action_changes (workspace_id, action_id, kind, actor, reason, old_at)
+    insert into action_changes (workspace_id, action_id, enrollment_id, kind, actor, reason,
+                                old_at)
     values (new.workspace_id, new.id,
+            case when new.source = 'sequence' then
+                (select enrollment_id from enrollment_actions where action_id = new.id) end,
             case new.error_code when 'exited' then 'exit' when 'skipped' then 'skip'
                                 when 'capped' then 'drop' else 'cancel' end,
             tickwork_actor(new.source), coalesce(new.last_error, new.error_code),

@@ -12,7 +12,21 @@ from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork import __version__
-from tickwork.api import actions, entities, errors, events, intents, recurring, rules, workspace
+from tickwork.api import (
+    actions,
+    campaigns,
+    changes,
+    enrollments,
+    entities,
+    errors,
+    events,
+    forecast,
+    intents,
+    recipients,
+    recurring,
+    rules,
+    workspace,
+)
 from tickwork.api.scope import tenancy
 
 MAX_BODY_BYTES = 256 * 1024
@@ -33,6 +47,11 @@ def build() -> APIGatewayHttpResolver:
     app.include_router(rules.router)
     app.include_router(events.router)
     app.include_router(entities.router)
+    app.include_router(campaigns.router)
+    app.include_router(enrollments.router)
+    app.include_router(recipients.router)
+    app.include_router(forecast.router)
+    app.include_router(changes.router)
     errors.register(app)
     return app
 

@@ -11,7 +11,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 from pydantic import AwareDatetime
 
-from tickwork import actions, calendar
+from tickwork import actions, calendar, changes
 from tickwork.actions import Action, NewAction
 from tickwork.api.models import (
     ActionOut,
@@ -22,6 +22,7 @@ from tickwork.api.models import (
     responses,
 )
 from tickwork.api.scope import RequestScope, scope
+from tickwork.api.sequences_models import ActionDetailOut, ChangeOut
 from tickwork.errors import NotFoundError
 from tickwork.tick import enqueue_soon
 from tickwork.wallclock import instant_of
@@ -99,6 +100,8 @@ def create_action(
         publish_at=_instant(request, body),
         dedupe_key=idempotency_key,
         created_by=request.caller.user_id,
+        recipient_id=body.recipient_id,
+        transactional=body.transactional,
     )
     result = actions.schedule_once(
         request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
@@ -136,14 +139,19 @@ def list_actions(
 
 
 @router.get(
-    "/v1/actions/<action_id>", summary="Get one action", responses=responses(200, ActionOut, "it")
+    "/v1/actions/<action_id>",
+    summary="Get one action, with its change log",
+    responses=responses(200, ActionDetailOut, "it"),
 )
-def get_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
+def get_action(action_id: str, workspace: WorkspaceHeader) -> ActionDetailOut:
     request = scope(router)
     found = actions.get(request.conn, request.caller.workspace_id, _action_id(action_id))
     if found is None:
         raise NotFoundError(f"no action {action_id} in this workspace")
-    return _out(request, found)
+    log = changes.changes_of(request.conn, request.caller.workspace_id, found.id)
+    return ActionDetailOut(
+        **_out(request, found).model_dump(), changes=[ChangeOut.of(c) for c in log]
+    )
 
 
 @router.post(

@@ -47,6 +47,13 @@ class CreateAction(When):
     target_key: str = Field(min_length=1, max_length=200, examples=["primary"])
     thing_id: str | None = Field(default=None, min_length=1, max_length=200)
     payload: dict[str, Any] = Field(default_factory=dict)
+    recipient_id: str | None = Field(
+        default=None, min_length=1, max_length=200,
+        description="a registered recipient: their quiet hours and caps apply",
+    )
+    transactional: bool = Field(
+        default=False, description="exempt from the recipient's quiet hours and caps"
+    )
 
 
 class Reschedule(When):
@@ -74,6 +81,11 @@ class ActionOut(BaseModel):
     recurring_schedule_id: UUID | None
     source: str
     idempotency_key: str | None
+    recipient_id: str | None = None
+    transactional: bool = False
+    original_publish_at: datetime | None = Field(
+        default=None, description="the time asked for, when quiet hours moved it"
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -89,8 +101,9 @@ class ActionOut(BaseModel):
             submitted_at=action.submitted_at, finished_at=action.finished_at,
             rescheduled_from=action.rescheduled_from,
             recurring_schedule_id=action.recurring_schedule_id, source=action.source,
-            idempotency_key=action.dedupe_key, created_at=action.created_at,
-            updated_at=action.updated_at,
+            idempotency_key=action.dedupe_key, recipient_id=action.recipient_id,
+            transactional=action.transactional, original_publish_at=action.original_publish_at,
+            created_at=action.created_at, updated_at=action.updated_at,
         )  # fmt: skip
 
 

@@ -71,7 +71,7 @@ def tenancy(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Res
     rt = runtime.current()
     conn = rt.db.connection()
     request: RequestScope | None = None
-    with tenant_transaction(conn, workspace_id):
+    with tenant_transaction(conn, workspace_id, actor=user_id):
         caller = authorize(conn, user_id, workspace_id)
         request = RequestScope(conn, caller, rt, utcnow())
         app.append_context(**{_KEY: request})

@@ -34,7 +34,7 @@ from tickwork.actions import Action, NewAction, action_from_row
 from tickwork.config import Settings
 from tickwork.db import Connection, storable
 from tickwork.errors import ConflictError, InputError, NotFoundError
-from tickwork.observability import logger
+from tickwork.observability import emit, logger
 from tickwork.recipients.model import check_recipient_id
 from tickwork.recipients.store import find_recipient
 from tickwork.rules.events import has_nul
@@ -459,3 +459,10 @@ def advance_ready(
             summary.errors += 1
             logger.exception("advancing an enrollment failed", extra={"id": str(enrollment_id)})
     return summary
+
+
+def emit_metrics(summary: AdvanceSummary) -> None:
+    emit({
+        "SequencesAdvanced": summary.advanced, "SequencesCompleted": summary.completed,
+        "SequencesLost": summary.lost, "SequencesErrors": summary.errors,
+    })  # fmt: skip
