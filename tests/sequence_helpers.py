@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-import pytest
 from psycopg.rows import dict_row
 
 from tests.engine import drain
@@ -31,8 +30,9 @@ CHANNELS = {
 }
 
 
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Runtime]:
+def make_engine(database_url: str) -> Iterator[Runtime]:
+    """A runtime whose action types are sms, email and log, each with a quiet log provider
+    (a test module's `engine` fixture yields from it)."""
     settings = Settings(database_url=database_url, action_types=CHANNELS)
     rt = Runtime(
         settings=settings,

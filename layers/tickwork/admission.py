@@ -144,7 +144,9 @@ def _hand_back(
     reverts = []
     for action_id, verdict in refused.items():
         if isinstance(verdict, _Defer):
-            reverts.append(actions.reverted(action_id, verdict.until, f"deferred: {verdict.reason}"))
+            reverts.append(
+                actions.reverted(action_id, verdict.until, f"deferred: {verdict.reason}")
+            )
         else:
             reverts.append(actions.reverted(action_id, None, verdict.message))
     actions.finalize(conn, reverts)

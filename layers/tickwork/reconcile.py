@@ -599,7 +599,8 @@ def handle_reconcile(context: LambdaContext, runtime: Runtime) -> dict[str, Any]
     emit_metrics(summary)
     logger.info("reconcile", extra=summary.as_dict())
     # Drip enrollments are producers' state too: their next steps are made here.
-    from tickwork.sequences.store import advance_ready, emit_metrics as emit_advance
+    from tickwork.sequences.store import advance_ready
+    from tickwork.sequences.store import emit_metrics as emit_advance
 
     advanced = advance_ready(runtime.db.connection(), runtime.settings, utcnow())
     emit_advance(advanced)

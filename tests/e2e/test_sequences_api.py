@@ -152,7 +152,8 @@ def test_a_cap_of_2_a_day_defers_the_third_and_the_recipient_shows_the_count(api
     assert change["kind"] == "defer"
     assert change["new_at"] == deferred["next_attempt_at"]
     local = datetime.fromisoformat(deferred["next_attempt_at"]).astimezone(
-        __import__("zoneinfo").ZoneInfo("America/New_York"))
+        __import__("zoneinfo").ZoneInfo("America/New_York")
+    )
     assert local.time().isoformat() == "00:00:00"
     assert api.admin.call("GET", "/v1/recipients/ann")["sent_today"] == {"webhook": 2}
 
@@ -185,12 +186,17 @@ def test_every_move_is_in_the_change_log(api):
     future = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0)
     made = api.admin.call("POST", "/v1/actions", json={
         "action_type": "log", "target_key": "x", "publish_at": future.isoformat()})  # fmt: skip
-    moved = api.admin.call("POST", f"/v1/actions/{made['id']}/reschedule",
-                           json={"publish_at": (future + timedelta(hours=1)).isoformat()})
+    moved = api.admin.call(
+        "POST",
+        f"/v1/actions/{made['id']}/reschedule",
+        json={"publish_at": (future + timedelta(hours=1)).isoformat()},
+    )
     api.member.call("POST", f"/v1/actions/{moved['id']}/cancel")
     log = api.admin.call("GET", "/v1/changes")["items"]
     assert [(c["kind"], c["action_id"], c["actor"]) for c in log] == [
-        ("reschedule", made["id"], "alice"), ("cancel", moved["id"], "mallory-member")]
+        ("reschedule", made["id"], "alice"),
+        ("cancel", moved["id"], "mallory-member"),
+    ]
     assert log[0]["new_action_id"] == moved["id"]
     assert (log[0]["old_at"], log[0]["new_at"]) == (made["publish_at"], moved["publish_at"])
     assert api.outsider.call("GET", "/v1/changes")["items"] == []
@@ -210,14 +216,18 @@ def test_every_move_is_in_the_change_log(api):
                                                  "end": "08:00"}]}, "quiet_hours.0.days"),
         ("/v1/campaigns", {"name": "c", "steps": [step("x", delay_seconds=-1)]},
          "steps.0.wait.delay_seconds"),
-        ("/v1/campaigns", {"name": "c", "steps": [step("x", day=1, at="9 am")]}, "steps.0.wait.at"),
-        ("/v1/campaigns", {"name": "c", "steps": [step("{% if %}")]}, "steps.0.action.payload.text"),
+        ("/v1/campaigns", {"name": "c", "steps": [step("x", day=1, at="9 am")]},
+         "steps.0.wait.at"),
+        ("/v1/campaigns", {"name": "c", "steps": [step("{% if %}")]},
+         "steps.0.action.payload.text"),
         ("/v1/campaigns", {"name": "c", "steps": [
             step("x") | {"conditions": [{"path": "nowhere.x", "op": "eq", "value": 1}]}]},
          "steps.0.conditions.0.path"),
     ],
 )  # fmt: skip
-def test_bad_input_is_a_422_naming_the_field_and_writes_nothing(api, database_url, path, body, field):
+def test_bad_input_is_a_422_naming_the_field_and_writes_nothing(
+    api, database_url, path, body, field
+):
     method = "PUT" if path.startswith("/v1/recipients") else "POST"
     error = error_of(api.admin.http.request(method, path, json=body), 422)
     named = error["details"].get("field") or error["details"]["errors"][0]["field"]
@@ -239,4 +249,6 @@ def test_unknown_recipients_and_other_workspaces_campaigns_are_not_found(api):
     assert error_of(api.admin.http.get("/v1/recipients/ann"), 404)
     sms = {"action_type": "log", "target_key": "x", "recipient_id": "ann",
            "publish_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}  # fmt: skip
-    assert error_of(api.admin.http.post("/v1/actions", json=sms), 422)["code"] == "unknown_recipient"
+    assert (
+        error_of(api.admin.http.post("/v1/actions", json=sms), 422)["code"] == "unknown_recipient"
+    )

@@ -4,6 +4,7 @@ re-checked at claim; caps per channel per local day are taken race-free at claim
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -13,8 +14,8 @@ from psycopg.rows import class_row
 from tests.sequence_helpers import (
     action_row,
     changes_of,
-    engine,  # noqa: F401 - fixture
     let_time_come,
+    make_engine,
     recipient,
     sent,
 )
@@ -25,10 +26,16 @@ from tickwork.db import connect
 from tickwork.errors import InputError
 from tickwork.recipients.model import local_day, next_day_slot
 from tickwork.recipients.store import find_recipient
+from tickwork.runtime import Runtime
 from tickwork.sql import query
 
 TOKYO = ZoneInfo("Asia/Tokyo")
 NIGHTS = [{"start": "21:00", "end": "08:00"}]
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Runtime]:
+    yield from make_engine(database_url)
 
 
 def raw_claim(conn, action_id):

@@ -4,20 +4,24 @@ step at the recipient's local times, optimistic-lock advances, exits and their r
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from tests.sequence_helpers import (
     action_row,
     campaign,
     changes_of,
-    engine,  # noqa: F401 - fixture
     let_time_come,
+    make_engine,
     recipient,
     sent,
     sms_step,
 )
 from tickwork import actions
 from tickwork.db import connect
+from tickwork.runtime import Runtime
 from tickwork.sequences.store import (
     advance_ready,
     enroll,
@@ -28,6 +32,11 @@ from tickwork.sequences.store import (
 )
 
 NEW_YORK_DST = datetime(2027, 3, 12, 12, 0, tzinfo=UTC)  # Friday; clocks go forward Sunday
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Runtime]:
+    yield from make_engine(database_url)
 
 
 def three_step_drip(conn, rt, workspace, **fields):
@@ -77,7 +86,9 @@ def test_a_3_step_drip_enrolled_twice_sends_each_step_once_at_local_times_across
     assert sent(engine) == {a.id: 1 for _, a in rows}
 
 
-def test_two_concurrent_advancers_make_one_send_per_step(database_url, conn, workspace, engine, now):
+def test_two_concurrent_advancers_make_one_send_per_step(
+    database_url, conn, workspace, engine, now
+):
     recipient(conn, engine, workspace)
     drip = campaign(conn, engine, workspace,
                     [sms_step("a"), sms_step("b", delay_seconds=3600)])  # fmt: skip
@@ -163,14 +174,14 @@ def test_an_exit_racing_a_steps_dispatch_is_either_cancelled_or_sent(
         [(_, step)] = enrollment_actions(conn, eid)
         barrier = threading.Barrier(2)
 
-        def dispatcher(action_id=step.id) -> None:
+        def dispatcher(action_id=step.id, barrier=barrier) -> None:
             with connect(database_url) as own:
                 barrier.wait()
                 claimed = actions.claim(own, "sms", [action_id], early_tolerance=1)
                 if claimed:
                     actions.finalize(own, [actions.published(action_id, "p")])
 
-        def exiter(enrollment_id=eid) -> None:
+        def exiter(enrollment_id=eid, barrier=barrier) -> None:
             with connect(database_url) as own:
                 barrier.wait()
                 exit_enrollment(own, workspace, enrollment_id, "replied", "alice")
@@ -186,7 +197,10 @@ def test_an_exit_racing_a_steps_dispatch_is_either_cancelled_or_sent(
         assert enrollment.status == "exited"
         # exactly one of cancelled and sent, and the enrollment says which
         assert (status, enrollment.exit_outcome) in {
-            ("cancelled", "cancelled"), ("published", "in_flight"), ("published", "none")}
+            ("cancelled", "cancelled"),
+            ("published", "in_flight"),
+            ("published", "none"),
+        }
         assert len(enrollment_actions(conn, eid)) == 1  # no next step either way
         outcomes.append(status)
     assert set(outcomes) <= {"cancelled", "published"}

@@ -104,7 +104,9 @@ def list_campaigns(
 
 
 @router.get(
-    "/v1/campaigns/<campaign_id>", summary="Get a campaign", responses=responses(200, CampaignOut, "it")
+    "/v1/campaigns/<campaign_id>",
+    summary="Get a campaign",
+    responses=responses(200, CampaignOut, "it"),
 )
 def get_campaign(campaign_id: str, workspace: WorkspaceHeader) -> CampaignOut:
     request = scope(router)

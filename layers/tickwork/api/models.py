@@ -48,7 +48,9 @@ class CreateAction(When):
     thing_id: str | None = Field(default=None, min_length=1, max_length=200)
     payload: dict[str, Any] = Field(default_factory=dict)
     recipient_id: str | None = Field(
-        default=None, min_length=1, max_length=200,
+        default=None,
+        min_length=1,
+        max_length=200,
         description="a registered recipient: their quiet hours and caps apply",
     )
     transactional: bool = Field(

@@ -26,7 +26,9 @@ WorkspaceHeader = Annotated[
 MAX_PAGE = 200
 
 
-def _out(conn: Connection, workspace_id: UUID, stored: StoredRecipient, now: datetime) -> RecipientOut:
+def _out(
+    conn: Connection, workspace_id: UUID, stored: StoredRecipient, now: datetime
+) -> RecipientOut:
     today = local_day(now, stored.recipient)
     counts = store.counts(conn, workspace_id, stored.recipient.recipient_id, today)
     sent = {channel: n for channel, day, n in counts if day == today}

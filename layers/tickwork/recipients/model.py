@@ -100,22 +100,21 @@ def parse_quiet_hours(raw: Any, where: str = "quiet_hours") -> tuple[QuietWindow
             raise InputError(
                 f"{here}.days must be a non-empty list of {', '.join(DAYS)}", field=f"{here}.days"
             )
-        bounds = []
-        for name in ("start", "end"):
-            value = item.get(name)
-            try:
-                bounds.append(parse_clock(value) if isinstance(value, str) else None)
-            except InputError:
-                bounds.append(None)
-            if bounds[-1] is None:
-                raise InputError(f"{here}.{name} must be a time HH:MM", field=f"{here}.{name}")
-        windows.append(QuietWindow(frozenset(DAYS.index(d) for d in days), bounds[0], bounds[1]))
+        start, end = (_clock(item.get(name), f"{here}.{name}") for name in ("start", "end"))
+        windows.append(QuietWindow(frozenset(DAYS.index(d) for d in days), start, end))
     total = sum((w.length * len(w.days) for w in windows), timedelta())
     if total >= WEEK:
-        raise InputError(
-            f"{where} leave no time in the week to send; shorten them", field=where
-        )
+        raise InputError(f"{where} leave no time in the week to send; shorten them", field=where)
     return tuple(windows)
+
+
+def _clock(value: Any, where: str) -> time:
+    try:
+        if isinstance(value, str):
+            return parse_clock(value)
+    except InputError:
+        pass
+    raise InputError(f"{where} must be a time HH:MM", field=where)
 
 
 def parse_caps(raw: Any, settings: Settings, where: str = "caps") -> dict[str, int]:
@@ -140,8 +139,10 @@ def parse_caps(raw: Any, settings: Settings, where: str = "caps") -> dict[str, i
 
 
 def parse_cap_policy(raw: Any, where: str = "cap_policy") -> CapPolicy:
-    if raw == "defer" or raw == "drop":
-        return raw  # type: ignore[return-value]
+    if raw == "defer":
+        return "defer"
+    if raw == "drop":
+        return "drop"
     raise InputError(f"{where} must be 'defer' or 'drop'", field=where)
 
 
@@ -202,5 +203,7 @@ def local_day(instant: datetime, recipient: Recipient) -> date:
 
 def next_day_slot(instant: datetime, recipient: Recipient) -> datetime:
     """The first allowed instant of the recipient's next local day."""
-    midnight = resolve_wall_time(local_day(instant, recipient) + timedelta(days=1), time(0), recipient.tz)
+    midnight = resolve_wall_time(
+        local_day(instant, recipient) + timedelta(days=1), time(0), recipient.tz
+    )
     return allowed_at(midnight, recipient)

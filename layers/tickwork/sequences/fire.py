@@ -36,8 +36,12 @@ def check_steps(conn: Connection, steps: Sequence[Action]) -> dict[UUID, StepVer
             continue
         conditions = parse_conditions(row["conditions"] or [], ROOTS)
         ctx = context(
-            row["enrollment_id"], row["campaign_id"], row["recipient_id"], row["data"],
-            row["timezone"], int(row["step_index"]),
+            row["enrollment_id"],
+            row["campaign_id"],
+            row["recipient_id"],
+            row["data"],
+            row["timezone"],
+            int(row["step_index"]),
         )
         failing = first_failing(conditions, ctx)
         skip = (SKIPPED, f"skipped: {failing}") if failing is not None else None

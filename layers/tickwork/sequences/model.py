@@ -143,7 +143,11 @@ def _wait(raw: Any, where: str) -> Wait:
     keys = set(raw)
     if keys == {"delay_seconds"}:
         delay = raw["delay_seconds"]
-        if isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= MAX_DELAY_SECONDS:
+        if (
+            isinstance(delay, bool)
+            or not isinstance(delay, int)
+            or not 0 <= delay <= MAX_DELAY_SECONDS
+        ):
             raise InputError(
                 f"{where}.delay_seconds must be 0 to {MAX_DELAY_SECONDS} seconds",
                 field=f"{where}.delay_seconds",
@@ -203,7 +207,9 @@ def _step(raw: Any, index: int, settings: Settings) -> Step:
         )
     payload = action.get("payload", {})
     if not isinstance(payload, dict):
-        raise InputError(f"{where}.action.payload must be an object", field=f"{where}.action.payload")
+        raise InputError(
+            f"{where}.action.payload must be an object", field=f"{where}.action.payload"
+        )
     if payload_size(payload) > PAYLOAD_MAX_BYTES:
         raise PayloadTooLargeError(
             f"{where}.action.payload is larger than {PAYLOAD_MAX_BYTES} bytes",
@@ -262,7 +268,8 @@ def step_time(step: Step, starts_at: datetime, base: datetime, tz: ZoneInfo) -> 
     or the start), or day N of the enrollment at a local time, never before `base`."""
     if step.wait.delay_seconds is not None:
         return base + timedelta(seconds=step.wait.delay_seconds)
-    assert step.wait.day is not None and step.wait.at is not None
+    assert step.wait.day is not None
+    assert step.wait.at is not None
     first: date = starts_at.astimezone(tz).date()
     at = resolve_wall_time(first + timedelta(days=step.wait.day), step.wait.at, tz)
     return max(at, base)

@@ -112,7 +112,9 @@ def get_campaign(
     conn: Connection, workspace_id: UUID, campaign_id: UUID, settings: Settings
 ) -> Campaign:
     with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(_GET_CAMPAIGN, {"id": campaign_id, "workspace_id": workspace_id}).fetchone()
+        row = cur.execute(
+            _GET_CAMPAIGN, {"id": campaign_id, "workspace_id": workspace_id}
+        ).fetchone()
     if row is None:
         raise NotFoundError(f"no campaign {campaign_id} in this workspace")
     return campaign_from_row(row, settings)
@@ -161,8 +163,7 @@ def enroll(
     check_recipient_id(recipient_id)
     data = _check_data(data)
     start = now if starts_at is None else require_aware(starts_at, field="starts_at")
-    if start < now:
-        start = now
+    start = max(start, now)
     campaign = get_campaign(conn, workspace_id, campaign_id, settings)
     recipient = find_recipient(conn, workspace_id, recipient_id)
     if recipient is None:
@@ -205,8 +206,12 @@ def _make_step(
     at = max(step_time(step, enrollment.starts_at, base, zone(timezone)), now)
     target_t, payload_t = step.templates()
     ctx = context(
-        enrollment.id, enrollment.campaign_id, enrollment.recipient_id, enrollment.data,
-        timezone, index,
+        enrollment.id,
+        enrollment.campaign_id,
+        enrollment.recipient_id,
+        enrollment.data,
+        timezone,
+        index,
     )
     try:
         target = target_t.render(ctx)
@@ -243,7 +248,9 @@ def _make_step(
 def _load(conn: Connection, workspace_id: UUID | None, enrollment_id: UUID) -> Enrollment | None:
     with conn.cursor(row_factory=dict_row) as cur:
         if workspace_id is None:
-            row = cur.execute("select * from enrollments where id = %s", (enrollment_id,)).fetchone()
+            row = cur.execute(
+                "select * from enrollments where id = %s", (enrollment_id,)
+            ).fetchone()
         else:
             row = cur.execute(
                 _GET_ENROLLMENT, {"id": enrollment_id, "workspace_id": workspace_id}
@@ -436,9 +443,7 @@ def advance(
         if moved is None:
             summary.lost += 1
             return None
-        made = _place(
-            conn, enrollment_from_row(moved), campaign, done_at, settings, now, None
-        )
+        made = _place(conn, enrollment_from_row(moved), campaign, done_at, settings, now, None)
     summary.advanced += 1
     if made is not None:
         summary.made.append(made.id)
