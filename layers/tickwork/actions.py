@@ -417,15 +417,15 @@ def claim(
         "early_tolerance": early_tolerance,
         "max_lateness": max_lateness,
     }
-    with conn.transaction(), conn.cursor(row_factory=class_row(Action)) as cur:
+    with conn.cursor(row_factory=class_row(Action)) as cur:
         claimed = cur.execute(_CLAIM, params).fetchall()
-        # Drip steps and messages to recipients pass their policies in the claim's
-        # transaction (fire-time conditions, exits, quiet hours, caps); other rows pay nothing.
-        if any(a.recipient_id is not None or a.source == "sequence" for a in claimed):
-            from tickwork.admission import admit
+    # Drip steps and messages to recipients pass their policies (fire-time conditions,
+    # exits, quiet hours, caps) before any provider sees them; other rows pay nothing.
+    if any(a.recipient_id is not None or a.source == "sequence" for a in claimed):
+        from tickwork.admission import admit
 
-            claimed = admit(conn, claimed)
-        return claimed
+        claimed = admit(conn, claimed)
+    return claimed
 
 
 @dataclass(frozen=True)

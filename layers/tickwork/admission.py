@@ -1,6 +1,7 @@
-"""Claim-time admission: the policies that must be decided when a row fires, in the claim's
-transaction, for the rows that have any (drip steps, messages to recipients). Rows without
-them are never looked at, so the dispatcher's hot path keeps its statement count.
+"""Claim-time admission: the policies that must be decided when a row fires, for the rows
+that have any (drip steps, messages to recipients), right after the claim and before any
+provider call. Rows without them are never looked at: the claim stays one statement, so
+the dispatcher's hot path keeps its statement count.
 
 A claimed row is admitted (sent), or handed back before any provider sees it (submitted →
 queued, the claim's attempt not counted) and then:
@@ -13,8 +14,12 @@ queued, the claim's attempt not counted) and then:
 - **dropped** (cancelled, `capped`): over a cap with the `drop` policy.
 
 Caps are taken race-free: a per-(recipient, channel, local day) counter row updated
-conditionally (`sent < cap`) in this transaction, so two dispatchers cannot both take the
-last slot; the loser's row is deferred or dropped.
+conditionally (`sent < cap`, under its row lock) in admission's transaction, so two
+dispatchers cannot both take the last slot; the loser's row is deferred or dropped. The
+claimed rows are this dispatcher's alone (`submitted`), so every hand-back is a
+conditional update of its own rows. A dispatcher that dies between the claim and the
+admission leaves its rows `submitted`, as one dying before its provider calls does: the
+tick fails them as `stuck`, never sends them twice.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
+import psycopg
 from psycopg.rows import dict_row
 
 from tickwork import actions
 from tickwork.actions import Action
 from tickwork.db import Connection
+from tickwork.observability import logger
 from tickwork.recipients.model import (
     Recipient,
     allowed_at,
@@ -44,6 +51,7 @@ _RECIPIENTS = query("recipients_of_actions")
 _TAKE_SLOTS = query("take_cap_slots")
 _CANCEL_REVERTED = query("cancel_reverted")
 _LOG_DEFERS = query("log_defers")
+INFRASTRUCTURE_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 @dataclass(frozen=True)
@@ -59,11 +67,31 @@ class _Cancel:
 
 
 def admit(conn: Connection, claimed: Sequence[Action], now: datetime | None = None) -> list[Action]:
-    """The claimed rows that may be sent now; the others are deferred or cancelled, with
-    the change log saying why. Runs inside the claim's transaction."""
+    """The claimed rows that may be sent now; the others are handed back, deferred or
+    cancelled, with the change log saying why, in one transaction. If admission itself
+    fails, the rows it concerns are handed back unsent (to be claimed again) and the rest
+    of the batch goes on."""
+    try:
+        with conn.transaction():
+            return _admit(conn, claimed, now or utcnow())
+    except INFRASTRUCTURE_ERRORS:
+        raise
+    except Exception:
+        concerned = [a for a in claimed if a.recipient_id is not None or a.source == "sequence"]
+        logger.exception(
+            "admission failed; its rows go back to the queue",
+            extra={"action_ids": [str(a.id) for a in concerned]},
+        )
+        actions.finalize(
+            conn, [actions.reverted(a.id, None, "admission failed; retrying") for a in concerned]
+        )
+        handed_back = {a.id for a in concerned}
+        return [a for a in claimed if a.id not in handed_back]
+
+
+def _admit(conn: Connection, claimed: Sequence[Action], now: datetime) -> list[Action]:
     from tickwork.sequences.fire import check_steps
 
-    now = now or utcnow()
     refused: dict[UUID, _Defer | _Cancel] = {}
     policies: dict[UUID, str] = {}
     steps = [a for a in claimed if a.source == "sequence"]

@@ -19,6 +19,7 @@ from tickwork.changes import Change
 from tickwork.forecast import Bucket
 from tickwork.recipients.store import StoredRecipient
 from tickwork.sequences.model import Campaign, Enrollment
+from tickwork.sequences.store import exit_outcome
 from tickwork.wallclock import local_rendering
 
 ChangeKind = Literal["cancel", "reschedule", "defer", "quiet_hours", "skip", "drop", "exit"]
@@ -192,13 +193,7 @@ class EnrollmentOut(BaseModel):
 
     @classmethod
     def of(cls, e: Enrollment, actions: list[tuple[int, Action]]) -> EnrollmentOut:
-        outcome = e.exit_outcome
-        if outcome == "in_flight":
-            pending = next((a for _, a in actions if a.id == e.current_action_id), None)
-            if pending is not None and pending.status == "published":
-                outcome = "sent"
-            elif pending is not None and pending.status in ("cancelled", "failed"):
-                outcome = "cancelled" if pending.status == "cancelled" else "in_flight"
+        outcome = exit_outcome(e, actions)
         return cls(
             id=e.id, campaign_id=e.campaign_id, recipient_id=e.recipient_id, data=e.data,
             status=e.status, current_step=e.current_step, current_action_id=e.current_action_id,

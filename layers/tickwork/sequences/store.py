@@ -343,6 +343,22 @@ def exit_enrollment(
     return enrollment_from_row(final)
 
 
+def exit_outcome(enrollment: Enrollment, steps: list[tuple[int, Action]]) -> str | None:
+    """What became of the step pending at the exit: `cancelled`, `sent` (a dispatcher had
+    it already), `in_flight` (still being sent), `none` (nothing was pending)."""
+    outcome = enrollment.exit_outcome
+    if outcome != "in_flight":
+        return outcome
+    pending = next((a for _, a in steps if a.id == enrollment.current_action_id), None)
+    if pending is None:
+        return outcome
+    if pending.status == "published":
+        return "sent"
+    if pending.status == "cancelled":
+        return "cancelled"  # handed back at admission: the enrollment had exited
+    return outcome
+
+
 def exit_on_event(
     conn: Connection, workspace_id: UUID, event_type: str, recipient_id: str, actor: str
 ) -> list[UUID]:
