@@ -12,6 +12,12 @@ alter table scheduled_actions
     add column transactional boolean not null default false,
     add column original_publish_at timestamptz;
 
+-- A rule's action may be addressed to a recipient (a template, such as
+-- "{{ context.guest.id }}"), and marked transactional.
+alter table rules
+    add column recipient_template text check (length(recipient_template) between 1 and 2000),
+    add column transactional boolean not null default false;
+
 -- --------------------------------------------------------------------------- recipients
 
 create table recipients (

@@ -289,7 +289,9 @@ def same_request(existing: Action, new: NewAction) -> bool:
         and existing.target_key == new.target_key
         and existing.thing_id == new.thing_id
         and existing.payload == new.payload
-        and existing.publish_at == require_aware(new.publish_at)
+        # quiet hours may have moved the first row: it was asked for at its original time
+        and (existing.original_publish_at or existing.publish_at) == require_aware(new.publish_at)
+        and existing.recipient_id == new.recipient_id
     )
 
 

@@ -134,6 +134,14 @@ def test_quiet_hours_in_tokyo_move_an_sms_due_2330_to_0800(api):
     [change] = api.admin.call("GET", f"/v1/actions/{made['id']}")["changes"]
     assert (change["kind"], change["old_at"], change["new_at"], change["actor"]) == (
         "quiet_hours", "2027-06-01T14:30:00Z", "2027-06-01T23:00:00Z", "alice")  # fmt: skip
+    # the same request again with its Idempotency-Key is the same action, moved or not
+    body = {"action_type": "log", "target_key": "sms", "recipient_id": "ann",
+            "date": "2027-06-01", "time": "23:30", "timezone": "Asia/Tokyo"}  # fmt: skip
+    key = {"Idempotency-Key": "sms-1"}
+    first = api.admin.http.post("/v1/actions", json=body, headers=key)
+    again = api.admin.http.post("/v1/actions", json=body, headers=key)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"]
 
 
 def test_a_cap_of_2_a_day_defers_the_third_and_the_recipient_shows_the_count(api):

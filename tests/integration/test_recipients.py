@@ -26,6 +26,9 @@ from tickwork.db import connect
 from tickwork.errors import InputError
 from tickwork.recipients.model import local_day, next_day_slot
 from tickwork.recipients.store import find_recipient
+from tickwork.rules.events import EventInput, emit_event
+from tickwork.rules.model import ActionTemplate, RuleInput, Trigger
+from tickwork.rules.store import create_rule
 from tickwork.runtime import Runtime
 from tickwork.sql import query
 
@@ -191,3 +194,28 @@ def test_an_unknown_recipient_is_refused(conn, workspace, engine):
 def test_quiet_hours_that_leave_no_time_are_refused(conn, workspace, engine):
     with pytest.raises(InputError, match="leave no time"):
         recipient(conn, engine, workspace, quiet_hours=[{"start": "08:00", "end": "08:00"}])
+
+
+def test_a_rules_action_to_a_recipient_counts_against_their_cap(conn, workspace, engine):
+    recipient(conn, engine, workspace, "guest-7", caps={"sms": 1})
+    rule = RuleInput(
+        name="sms", trigger=Trigger("event", event_type="booking.confirmed"),
+        action=ActionTemplate("sms", "phone", {"text": "hi"},
+                              recipient_id="{{ context.guest.id }}"),
+    )  # fmt: skip
+    create_rule(conn, workspace, rule, engine.settings, datetime.now(UTC), created_by="alice")
+    first = sms(conn, engine, workspace, datetime.now(UTC) + timedelta(minutes=1), "guest-7")
+    let_time_come(conn, engine, [first.id], "sms")
+    event = EventInput("booking.confirmed", {"booking": "b1"}, {"guest": {"id": "guest-7"}})
+    result = emit_event(conn, workspace, event, ZoneInfo("UTC"), engine.settings,
+                        datetime.now(UTC))  # fmt: skip
+    [made] = result.created
+    assert action_row(conn, made.action_id)["recipient_id"] == "guest-7"
+    let_time_come(conn, engine, [made.action_id], "sms")
+    assert sent(engine) == {first.id: 1}
+    assert changes_of(conn, made.action_id)[0]["kind"] == "defer"
+    # a rule naming a recipient that is not registered fails that firing, with the reason
+    other = EventInput("booking.confirmed", {"booking": "b2"}, {"guest": {"id": "nobody"}})
+    failed = emit_event(conn, workspace, other, ZoneInfo("UTC"), engine.settings,
+                        datetime.now(UTC))  # fmt: skip
+    assert [f.field for f in failed.failed] == ["recipient_id"]

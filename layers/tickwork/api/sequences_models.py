@@ -96,7 +96,7 @@ class StepIn(Strict):
     def domain(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "wait": self.wait,
-            "action": self.action.model_dump(),
+            "action": self.action.model_dump(include={"action_type", "target_key", "payload"}),
             "conditions": [c.model_dump() for c in self.conditions],
         }
         if self.name is not None:
