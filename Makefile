@@ -4,24 +4,38 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install dev demo test test-unit lint format bench build deploy clean
+.PHONY: install dev demo status reset test test-unit lint format bench fuzz build deploy layer-lock clean
 
 # A virtualenv with tickwork (editable) and the dev tools; redone when pyproject.toml changes.
+# pip prints a line per package it collects and installs, so the first run is not silent.
 $(STAMP): pyproject.toml
+	@echo "installing Tickwork and its tools into $(VENV) (first run or pyproject.toml changed: 1-2 min)..."
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip install --progress-bar off -e '.[dev]' \
+		| grep --line-buffered -E '^(Collecting|Successfully installed)' | cut -c1-100 || true
+	@$(BIN)/python -c 'import tickwork' || { echo "install failed: run $(BIN)/python -m pip install -e '.[dev]' to see why"; exit 1; }
 	@rm -f $(VENV)/.installed-* && touch $@
+	@echo "installed."
 
 install: $(STAMP)
 
 # Runs Tickwork locally: embedded Postgres (unless DATABASE_URL is set), tick, queues,
 # dispatchers, API and a webhook receiver.
+# Options pass through ARGS, e.g. make dev ARGS='--api-port 9788 --receiver-port 9787'.
 dev: $(STAMP)
-	$(BIN)/tickwork dev
+	$(BIN)/tickwork dev $(ARGS)
 
 demo: $(STAMP)
 	$(BIN)/tickwork demo
+
+status: $(STAMP)
+	$(BIN)/tickwork status $(ARGS)
+
+# Deletes the local data directory's database and JWT key (asks first; `tickwork reset --yes`
+# does not).
+reset: $(STAMP)
+	$(BIN)/tickwork reset
 
 # The whole suite on a real Postgres: DATABASE_URL if set, else an embedded one.
 test: $(STAMP)
@@ -44,23 +58,50 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m tickwork.bench
 
+# Schemathesis, every check, every operation, random cases (about 2,300 at 60 examples per
+# operation); prints the case count by status. CI runs a small derandomized set.
+FUZZ_EXAMPLES ?= 60
+fuzz: $(STAMP)
+	TICKWORK_FUZZ_RANDOM=1 TICKWORK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+		$(BIN)/pytest -s -q -p no:cacheprovider tests/e2e/test_api_fuzz.py
+
 # --- AWS --------------------------------------------------------------------------------
-build: $(STAMP)
-	sam build --build-in-source
+# samconfig.toml (at the root) holds the region, capabilities and build options.
+SAM ?= sam
+SAM_BUILD_FLAGS ?=
+LAYER_PLATFORM := --platform manylinux2014_aarch64 --implementation cp --python-version 3.12 \
+	--only-binary=:all:
+
+build:
+	$(SAM) build $(SAM_BUILD_FLAGS)
 
 deploy: build
-	sam deploy --config-file infra/samconfig.toml
+	@if grep -q REPLACE_ME samconfig.toml; then \
+		echo "samconfig.toml still has REPLACE_ME values: fill them in, or run sam deploy --guided"; \
+		exit 1; fi
+	$(SAM) deploy
 
-# `sam build` calls this for the layer (BuildMethod: makefile): the package, its runtime
-# dependencies for Lambda's arm64 Python 3.12, and the migrations.
+# `sam build` calls this for the layer (BuildMethod: makefile): the package, its pinned
+# runtime dependencies for Lambda's arm64 Python 3.12 (infra/layer-requirements.txt), and
+# the migrations. Deterministic: no .pyc (they would be the build machine's Python's), no
+# install records, no bin/ scripts, so the same commit gives the same layer hash and an
+# unchanged layer is neither republished nor migrated again.
 build-TickworkLayer:
 	rm -rf build/layer-wheel
 	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir build/layer-wheel .
-	$(PYTHON) -m pip install --quiet --target "$(ARTIFACTS_DIR)/python" \
-		--platform manylinux2014_aarch64 --implementation cp --python-version 3.12 \
-		--only-binary=:all: build/layer-wheel/*.whl
-	rm -rf "$(ARTIFACTS_DIR)/python/boto3" "$(ARTIFACTS_DIR)/python/botocore"
+	$(PYTHON) -m pip install --quiet --no-compile --no-deps --require-hashes \
+		--target "$(ARTIFACTS_DIR)/python" $(LAYER_PLATFORM) -r infra/layer-requirements.txt
+	$(PYTHON) -m pip install --quiet --no-compile --no-deps \
+		--target "$(ARTIFACTS_DIR)/python" build/layer-wheel/*.whl
+	rm -rf "$(ARTIFACTS_DIR)/python/bin"
+	find "$(ARTIFACTS_DIR)/python" -name __pycache__ -prune -exec rm -rf {} +
+	find "$(ARTIFACTS_DIR)/python" -path '*.dist-info/*' \( -name RECORD -o -name INSTALLER \
+		-o -name REQUESTED -o -name direct_url.json \) -delete
 	cp -r migrations "$(ARTIFACTS_DIR)/python/tickwork/migrations"
 
+# Re-resolves infra/layer-requirements.txt after a dependency change in pyproject.toml.
+layer-lock: $(STAMP)
+	$(BIN)/python infra/lock_layer.py
+
 clean:
-	rm -rf $(VENV) .aws-sam build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .aws-sam .sam-cli build .pytest_cache .mypy_cache .ruff_cache

@@ -23,7 +23,7 @@ from psycopg import sql
 
 from tickwork import migrate
 from tickwork.config import Settings
-from tickwork.db import Connection, Database, connect
+from tickwork.db import Connection, Database, connect, local_api_login
 from tickwork.local.embedded import EmbeddedPostgres, with_database
 from tickwork.providers import ProviderRegistry
 from tickwork.providers.log import LogProvider
@@ -166,8 +166,21 @@ def runtime(database_url: str, settings: Settings) -> Iterator[Runtime]:
         db=Database(database_url),
         queues=InProcessQueues(visibility_timeout=30),
         providers=ProviderRegistry(settings),
+        # The API logs in as its own role, as in AWS.
+        api_db=Database(local_api_login(database_url)),
     )
     for action_type in settings.action_types:
         engine.providers.register(action_type, LogProvider({"quiet": True}))
     yield engine
     engine.db.close()
+    engine.api_database().close()
+
+
+@pytest.fixture(autouse=True)
+def _local_data_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Every test gets a data directory of its own: none writes to the user's."""
+    root = tmp_path_factory.mktemp("tickwork-data")
+    monkeypatch.setenv("TICKWORK_DATA_DIR", str(root))
+    return root

@@ -4,11 +4,10 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tickwork.config import settings
 from tickwork.deploy import handle_migration_event
 from tickwork.observability import logger
 
 
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return handle_migration_event(event, settings())
+    return handle_migration_event(event, context)

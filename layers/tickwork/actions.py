@@ -273,14 +273,32 @@ def schedule_once(
     conn: Connection, workspace_id: UUID, new: NewAction, settings: Settings, now: datetime
 ) -> Scheduled:
     """`schedule`, where a repeated dedupe (idempotency) key returns the first row only if
-    the request is the same; the key reused for a different action is refused."""
-    result = schedule(conn, workspace_id, new, settings, now)
+    the request is the same; the key reused for a different action is refused.
+
+    The key is looked up first: a retried request gets the first result whatever happened
+    to the action since (published, so the publish guard would refuse a new row; or its
+    time passed, so validation would)."""
+    first = _by_dedupe_key(conn, workspace_id, new.dedupe_key)
+    if first is not None:
+        result = Scheduled(first, created=False)
+    else:
+        result = schedule(conn, workspace_id, new, settings, now)
     if not result.created and not same_request(result.action, new):
         raise IdempotencyKeyReusedError(
             "this Idempotency-Key was already used for a different action; use a new key",
             details={"action_id": str(result.action.id)},
         )
     return result
+
+
+def _by_dedupe_key(conn: Connection, workspace_id: UUID, key: str | None) -> Action | None:
+    if key is None:
+        return None
+    with storable(), conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            _GET_BY_DEDUPE_KEY, {"workspace_id": workspace_id, "dedupe_key": key}
+        ).fetchone()
+    return action_from_row(row) if row else None
 
 
 def same_request(existing: Action, new: NewAction) -> bool:

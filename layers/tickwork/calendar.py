@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -22,6 +22,24 @@ _LAG = query("stats_lag")
 
 NIL = UUID(int=0)
 MAX_PAGE = 500
+# Without `from`, the calendar starts this long ago (what just fired is still on it); without
+# `to`, it ends this long after `from`.
+DEFAULT_LOOKBACK = timedelta(hours=24)
+DEFAULT_SPAN = timedelta(days=31)
+
+
+def default_range(
+    start: datetime | None, end: datetime | None, now: datetime
+) -> tuple[datetime, datetime]:
+    """The range a calendar request means: as given; `from` else 24 h ago (31 days before
+    `to` when `to` is earlier than that); `to` else 31 days after `from`."""
+    if start is None:
+        start = now - DEFAULT_LOOKBACK
+        if end is not None and end <= start:
+            start = end - DEFAULT_SPAN
+    if end is None:
+        end = start + DEFAULT_SPAN
+    return start, end
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cache
@@ -18,6 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tickwork.errors import ConfigError
 
 ENV_PREFIX = "TICKWORK_"
+# In AWS the action types come from this SSM parameter (a JSON document like
+# TICKWORK_ACTION_TYPES), read through Powertools and cached; TICKWORK_ACTION_TYPES wins.
+ACTION_TYPES_PARAMETER_ENV = "TICKWORK_ACTION_TYPES_PARAMETER"
+PARAMETER_MAX_AGE_SECONDS = 300
+ACTION_TYPE_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
 
 class ActionTypeConfig(BaseModel):
@@ -56,6 +62,9 @@ class Settings(BaseModel):
     database_secret_arn: str | None = None
     # RDS Proxy endpoint, used instead of the host named in the secret.
     database_host: str | None = None
+    # The API login's own secret (its password); the migration function sets the role's
+    # password from it. Only the migration function is given this variable.
+    api_database_secret_arn: str | None = None
 
     action_types: dict[str, ActionTypeConfig] = Field(
         default_factory=lambda: dict(DEFAULT_ACTION_TYPES)
@@ -111,8 +120,29 @@ class Settings(BaseModel):
     expander_batch_size: int = Field(default=100, gt=0)
     expander_budget_seconds: float = Field(default=240.0, gt=0)
 
-    # action_type -> SQS queue URL (AWS); the local runtime uses its in-process queue.
+    # Per-workspace quotas; 0 turns one off. Counts are refused with 422, the rate with 429.
+    quota_active_actions: int = Field(default=100_000, ge=0)  # queued or submitted rows
+    quota_recurring_schedules: int = Field(default=500, ge=0)  # schedules not ended
+    # Rows one schedule may materialize in its window (every 10 minutes for 14 days: 2016).
+    quota_schedule_window_rows: int = Field(default=2000, ge=0)
+    quota_api_requests_per_minute: int = Field(default=1200, ge=0)
+
+    # Where each action type's SQS queue is (AWS); the local runtime uses its in-process
+    # queue. By convention the queue of type T is `<queue_url_prefix>T`; `queue_urls` names
+    # exceptions explicitly (tests, hand-made queues).
+    queue_url_prefix: str | None = None
     queue_urls: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("action_types")
+    @classmethod
+    def _queue_safe_names(cls, value: dict[str, ActionTypeConfig]) -> dict[str, ActionTypeConfig]:
+        # A type's name is part of its queue's and its function's names.
+        bad = sorted(name for name in value if not ACTION_TYPE_NAME.fullmatch(name))
+        if bad:
+            raise ValueError(
+                f"action type names must be 1-40 letters, digits, '_' or '-': {', '.join(bad)}"
+            )
+        return value
 
     @field_validator("paused_action_types", mode="before")
     @classmethod
@@ -129,6 +159,9 @@ class Settings(BaseModel):
         if source.get("DATABASE_URL"):
             values["database_url"] = source["DATABASE_URL"]
         json_fields = {"action_types", "queue_urls"}
+        parameter = source.get(ACTION_TYPES_PARAMETER_ENV)
+        if parameter and not source.get(ENV_PREFIX + "ACTION_TYPES"):
+            values["action_types"] = _action_types_from_ssm(parameter)
         for name in cls.model_fields:
             raw = source.get(ENV_PREFIX + name.upper())
             if raw is None or raw == "":
@@ -147,11 +180,47 @@ class Settings(BaseModel):
         except ValidationError as exc:
             raise ConfigError(f"invalid configuration: {exc}") from exc
 
+    def queue_url(self, action_type: str) -> str | None:
+        """The SQS queue URL of `action_type`: named explicitly, or by the naming convention."""
+        explicit = self.queue_urls.get(action_type)
+        if explicit:
+            return explicit
+        if self.queue_url_prefix and action_type in self.action_types:
+            return self.queue_url_prefix + action_type
+        return None
+
+    def all_queue_urls(self) -> dict[str, str]:
+        """Every configured action type's queue URL (types without one are left out)."""
+        urls = {name: self.queue_url(name) for name in self.action_types}
+        return {name: url for name, url in urls.items() if url}
+
+    def action_type_of_queue(self, records: list[dict[str, Any]]) -> str | None:
+        """The action type whose queue SQS records came from (by their queue's name)."""
+        arns = {str(record.get("eventSourceARN", "")) for record in records}
+        names = {arn.rsplit(":", 1)[-1] for arn in arns if arn}
+        for action_type in self.action_types:
+            url = self.queue_url(action_type)
+            if url and url.rsplit("/", 1)[-1] in names:
+                return action_type
+        return None
+
     def action_type(self, name: str) -> ActionTypeConfig | None:
         return self.action_types.get(name)
 
     def dispatch_allowed(self, action_type: str) -> bool:
         return self.dispatch_enabled and action_type not in self.paused_action_types
+
+
+def _action_types_from_ssm(name: str) -> Any:
+    """The action-type document kept in SSM Parameter Store (cached by Powertools)."""
+    from aws_lambda_powertools.utilities import parameters
+
+    try:
+        return parameters.get_parameter(name, transform="json", max_age=PARAMETER_MAX_AGE_SECONDS)
+    except parameters.exceptions.TransformParameterError as exc:
+        raise ConfigError(f"SSM parameter {name} is not valid JSON: {exc}") from exc
+    except parameters.exceptions.GetParameterError as exc:
+        raise ConfigError(f"SSM parameter {name} cannot be read: {exc}") from exc
 
 
 @cache

@@ -3,27 +3,88 @@
 Lambda runs one invocation at a time per environment, so this is one connection per warm
 Lambda (through RDS Proxy in AWS). The local runtime runs several handlers on threads, each
 with its own connection, exactly as separate Lambdas would.
+
+Behind RDS Proxy a connection must never pin (the proxy would then hold one database
+connection per client): no server-side prepared statements (`prepare_threshold=None`) and no
+session-level state (SET, advisory locks, temporary tables); per-transaction settings
+(`set_config(..., true)`) are fine. The migration runner's session advisory lock goes to the
+instance directly, not through the proxy.
+
+The API logs in as `tickwork_api_login`, a role with no privileges of its own that can only
+become `tickwork_api` (row-level security): `RESET ROLE` leaves it with nothing, and it
+cannot `SET ROLE` to the owner. Its password is in its own secret in AWS; locally it is
+derived from the owner's URL (`api_login_url`) and set by `provision_api_login`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
+from psycopg import sql
 
 from tickwork.config import Settings
 from tickwork.errors import ConfigError, InputError
 
 Connection = psycopg.Connection[Any]
 
+API_LOGIN_ROLE = "tickwork_api_login"
+
 
 def connect(url: str, **kwargs: Any) -> Connection:
-    """An autocommit connection: every statement is its own transaction unless a block opens one."""
+    """An autocommit connection: every statement is its own transaction unless a block opens one.
+    Statements are never prepared server-side, so RDS Proxy never pins the connection."""
+    kwargs.setdefault("prepare_threshold", None)
     return psycopg.connect(url, autocommit=True, **kwargs)
+
+
+def api_login_url(owner_url: str) -> str:
+    """The API's URL beside the owner's (local runtime, tests): same server and database,
+    logged in as the API login role, with a password derived from the owner's URL (whoever
+    knows the owner's URL may act as the API anyway)."""
+    parts = urlsplit(owner_url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    password = local_api_password(owner_url)
+    netloc = f"{API_LOGIN_ROLE}:{password}@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def local_api_password(owner_url: str) -> str:
+    # From the server and the owner's credentials only: every database on one server shares
+    # the (per-cluster) role, so they must agree on its password.
+    parts = urlsplit(owner_url)
+    return hashlib.sha256(f"tickwork api login\n{parts.netloc}".encode()).hexdigest()
+
+
+def local_api_login(owner_url: str) -> str:
+    """Make the API login usable beside `owner_url` (migrated) and return its URL."""
+    url = api_login_url(owner_url)
+    try:
+        with connect(url, connect_timeout=5):
+            return url  # already usable (same password, or a server that trusts local users)
+    except psycopg.OperationalError:
+        pass
+    with connect(owner_url) as conn:
+        provision_api_login(conn, local_api_password(owner_url))
+    return url
+
+
+def provision_api_login(conn: Connection, password: str) -> None:
+    """Give the API login role `password` (run as the owner after migrating). Only a SCRAM
+    verifier computed here reaches the server, so no statement log holds the password."""
+    verifier = conn.pgconn.encrypt_password(
+        password.encode(), API_LOGIN_ROLE.encode(), b"scram-sha-256"
+    ).decode()
+    conn.execute(
+        sql.SQL("alter role {} with password {}").format(
+            sql.Identifier(API_LOGIN_ROLE), sql.Literal(verifier)
+        )
+    )
 
 
 @contextmanager
@@ -49,16 +110,20 @@ def url_from_secret(secret: dict[str, Any], host_override: str | None = None) ->
     return f"postgresql://{user}:{password}@{host}:{port}/{dbname}?sslmode=require"
 
 
+def read_secret(arn: str) -> dict[str, Any]:
+    from aws_lambda_powertools.utilities import parameters
+
+    secret = parameters.get_secret(arn, transform="json", max_age=300)
+    if not isinstance(secret, dict):
+        raise ConfigError("database secret is not a JSON object")
+    return secret
+
+
 def resolve_url(settings: Settings) -> str:
     if settings.database_url:
         return settings.database_url
     if settings.database_secret_arn:
-        from aws_lambda_powertools.utilities import parameters
-
-        secret = parameters.get_secret(settings.database_secret_arn, transform="json", max_age=300)
-        if not isinstance(secret, dict):
-            raise ConfigError("database secret is not a JSON object")
-        return url_from_secret(secret, settings.database_host)
+        return url_from_secret(read_secret(settings.database_secret_arn), settings.database_host)
     raise ConfigError("no database configured: set DATABASE_URL or TICKWORK_DATABASE_SECRET_ARN")
 
 

@@ -304,7 +304,10 @@ class Dispatcher:
                 summary.requeued += 1
 
 
-def emit_metrics(summary: DispatchSummary) -> None:
+def emit_metrics(summary: DispatchSummary, action_type: str | None = None) -> None:
+    # One dispatcher per action type in AWS: its metrics carry the type as a dimension.
+    if action_type and metrics_enabled():
+        metrics.add_dimension(name="action_type", value=action_type)
     emit(
         {
             "DispatchClaimed": summary.claimed,
@@ -337,7 +340,7 @@ def handle_sqs_event(
     result = Dispatcher(runtime).dispatch(
         [(record["messageId"], record["body"]) for record in records], deadline
     )
-    emit_metrics(result.summary)
+    emit_metrics(result.summary, runtime.settings.action_type_of_queue(records))
     failed = set(result.failed_message_ids)
 
     def report(record: SQSRecord) -> None:

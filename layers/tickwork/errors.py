@@ -68,6 +68,25 @@ class InvalidRecurrenceError(InputError):
     code = "invalid_recurrence"
 
 
+class QuotaExceededError(InputError):
+    """The workspace holds as much of something as its quota allows."""
+
+    code = "quota_exceeded"
+
+
+# Too much, too fast: the caller may retry after `retry_after_seconds`.
+class RateLimitedError(TickworkError):
+    code = "rate_limited"
+
+    def __init__(
+        self, message: str, *, retry_after_seconds: int, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(
+            message, details={**(details or {}), "retry_after_seconds": retry_after_seconds}
+        )
+        self.retry_after_seconds = retry_after_seconds
+
+
 # The request is well formed but the world disagrees.
 class NotFoundError(TickworkError):
     code = "not_found"

@@ -255,13 +255,6 @@ def _database_rules() -> Iterator[None]:
     """The database's own checks, should they ever disagree with ours, as domain errors."""
     try:
         yield
-    except psycopg.errors.UniqueViolation as exc:
-        if exc.diag.constraint_name != "ux_schedule_intents_thing":
-            raise
-        # Thing ids are unique across workspaces: this one is another workspace's thing.
-        raise NotFoundError(
-            "this thing is not this workspace's: thing ids are unique across workspaces"
-        ) from exc
     except psycopg.errors.InvalidParameterValue as exc:  # tickwork_check_timezone
         raise InvalidTimezoneError(exc.diag.message_primary or "unknown time zone") from exc
     except psycopg.errors.CheckViolation as exc:
@@ -393,7 +386,7 @@ def unschedule_intent(
         workspace_timezone = _workspace_timezone(conn, workspace_id)
         current = reconcile.lock_intent(conn, workspace_id, thing_id)
         if current is None:
-            raise NotFoundError(f"no schedule intent for thing {thing_id!r}")
+            raise NotFoundError(f"no schedule intent for thing {thing_id!r} in this workspace")
         changed = current.state != "unscheduled"
         if changed:
             params = {"workspace_id": workspace_id, "thing_id": thing_id,

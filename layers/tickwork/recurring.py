@@ -40,7 +40,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from tickwork import actions
+from tickwork import actions, quotas
 from tickwork.actions import Action, NewAction
 from tickwork.config import Settings
 from tickwork.db import Connection
@@ -378,6 +378,7 @@ def _materialize(
         ),
         EXPANSION_BUDGET,
     )
+    quotas.check_window_rows(len(planned.fire), settings.recurring_window_days, settings)
     created: list[UUID] = []
     if planned.fire:
         rows = conn.execute(

@@ -22,6 +22,13 @@ class Runtime:
     db: Database
     queues: QueuePort
     providers: ProviderRegistry
+    # The API's login (row-level security it cannot leave) where it differs from `db`: the
+    # local runtime runs API and workers in one process. In AWS the API function's `db` is
+    # that login already.
+    api_db: Database | None = None
+
+    def api_database(self) -> Database:
+        return self.api_db or self.db
 
 
 class _Slot:
@@ -37,7 +44,7 @@ def from_settings(settings: Settings) -> Runtime:
     return Runtime(
         settings=settings,
         db=Database(resolve_url(settings)),
-        queues=SqsQueues(settings.queue_urls),
+        queues=SqsQueues(settings.all_queue_urls()),
         providers=ProviderRegistry(settings),
     )
 

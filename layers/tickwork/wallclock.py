@@ -13,6 +13,8 @@ Both follow from PEP 495 with fold=0, which is what `resolve_wall_time` uses.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from functools import cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -43,7 +45,14 @@ def resolve_wall_time(day: date, clock: time, tz: ZoneInfo) -> datetime:
     if clock.tzinfo is not None:
         raise InvalidTimeError("a wall time must not carry its own offset", field="time")
     local = datetime.combine(day, clock.replace(fold=0), tzinfo=tz)
-    return local.astimezone(UTC)
+    try:
+        return local.astimezone(UTC)
+    except OverflowError as exc:
+        raise InvalidTimeError(
+            f"{day.isoformat()} {clock.isoformat()} in {tz.key} is outside the years 1-9999"
+            " once in UTC: choose a date Tickwork can store",
+            field="date",
+        ) from exc
 
 
 def parse_date(value: date | str) -> date:
@@ -55,9 +64,18 @@ def parse_date(value: date | str) -> date:
     try:
         return date.fromisoformat(value)
     except (TypeError, ValueError) as exc:
+        if isinstance(value, str) and _DATE_FORM.fullmatch(value):
+            # In the form, but no such day (2027-02-30) or month (2027-13-01).
+            raise InvalidTimeError(
+                f"date {value!r} does not exist ({exc}); check the day and the month",
+                field="date",
+            ) from exc
         raise InvalidTimeError(
             f"date {value!r} is not a date in YYYY-MM-DD form", field="date"
         ) from exc
+
+
+_DATE_FORM = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def parse_clock(value: time | str) -> time:
@@ -105,7 +123,20 @@ def require_aware(instant: datetime, *, field: str = "publish_at") -> datetime:
         raise InvalidTimeError(
             f"{field} must carry a UTC offset, e.g. 2026-05-20T09:00:00Z", field=field
         )
-    return instant.astimezone(UTC)
+    try:
+        return instant.astimezone(UTC)
+    except OverflowError as exc:
+        raise InvalidTimeError(
+            f"{field} {instant.isoformat()} is outside the years 1-9999 once in UTC", field=field
+        ) from exc
+
+
+def to_utc(instant: datetime) -> datetime:
+    """`require_aware` for pydantic validators: a ValueError with the same words."""
+    try:
+        return require_aware(instant, field="the instant")
+    except InvalidTimeError as exc:
+        raise ValueError(exc.message) from exc
 
 
 def local_rendering(instant: datetime, tz: ZoneInfo) -> str:
@@ -115,3 +146,43 @@ def local_rendering(instant: datetime, tz: ZoneInfo) -> str:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class WallTimeResolution:
+    """How a wall time became an instant, for answers to say when the zone's rule moved it."""
+
+    wall_time: str  # as asked, YYYY-MM-DDTHH:MM:SS
+    timezone: str
+    rule: str  # "exact", "skipped_moved_forward" or "repeated_first_occurrence"
+    local: str  # the instant in `timezone`, with its offset
+    note: str
+
+
+def describe_resolution(day: str, clock: str, tz_name: str) -> WallTimeResolution:
+    """What `parse_wall_time(day, clock, tz_name)` did with this wall time, and why."""
+    tz = zone(tz_name)
+    wall = datetime.combine(parse_date(day), parse_clock(clock))
+    first = wall.replace(tzinfo=tz, fold=0)
+    instant = first.astimezone(UTC)
+    local = instant.astimezone(tz)
+    asked = wall.isoformat()
+    if local.replace(tzinfo=None) != wall:
+        gap = local.replace(tzinfo=None) - wall
+        return WallTimeResolution(
+            asked, tz_name, "skipped_moved_forward", local.isoformat(),
+            f"{asked} does not exist in {tz_name} (the clocks jump forward there); moved"
+            f" forward by the {_span(gap.total_seconds())} gap",
+        )  # fmt: skip
+    if wall.replace(tzinfo=tz, fold=1).utcoffset() != first.utcoffset():
+        return WallTimeResolution(
+            asked, tz_name, "repeated_first_occurrence", local.isoformat(),
+            f"{asked} happens twice in {tz_name} (the clocks go back there); the first"
+            f" occurrence, at UTC offset {local.strftime('%z')}, was used",
+        )  # fmt: skip
+    return WallTimeResolution(asked, tz_name, "exact", local.isoformat(), "")
+
+
+def _span(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h" if minutes % 60 == 0 else f"{minutes} min"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,10 +30,11 @@ class Api:
         return self.local.api.url
 
 
-@pytest.fixture
-def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
+@contextmanager
+def running_api(database_url: str, tmp_path: Path, settings: Settings) -> Iterator[Api]:
+    """The local runtime with `settings`, workspaces A and B and their clients."""
     jwt = LocalJwt(tmp_path / "jwt-secret")
-    with LocalRuntime(database_url, Settings(), tick_interval=60, jwt=jwt) as local:
+    with LocalRuntime(database_url, settings, tick_interval=60, jwt=jwt) as local:
         conn = local.runtime.db.connection()
         a, _ = workspaces.ensure(conn, "Acme", timezone="America/New_York")
         b, _ = workspaces.ensure(conn, "Globex")
@@ -47,3 +49,9 @@ def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
             str(a),
             str(b),
         )
+
+
+@pytest.fixture
+def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
+    with running_api(database_url, tmp_path, Settings()) as running:
+        yield running

@@ -119,7 +119,7 @@ def test_malformed_requests_are_400_or_413(api):
     not_json = api.admin.http.post(
         "/v1/actions", content=b"{nope", headers={"content-type": "application/json"}
     )
-    assert error_of(not_json, 400)["message"] == "the request body is not valid JSON"
+    assert error_of(not_json, 400)["message"].startswith("the request body is not valid JSON")
     huge = api.admin.http.post(
         "/v1/actions", content=b"x" * 300_000, headers={"content-type": "application/json"}
     )

@@ -110,11 +110,51 @@ def test_bad_input_is_refused_and_nothing_is_written(api, database_url, override
 
 def test_another_workspaces_thing_is_not_found_and_untouched(api, database_url):
     mine = put(api)
-    for method, body in (("GET", None), ("DELETE", None), ("PUT", intent(targets=["facebook"]))):
-        response = api.outsider.http.request(method, "/v1/things/post-1/intent", json=body)
-        assert error_of(response, 404)["code"] == "not_found", method
+    # Another workspace's id reads exactly as an id that never existed
+    for thing in ("post-1", "never-declared"):
+        for method in ("GET", "DELETE"):
+            response = api.outsider.http.request(method, f"/v1/things/{thing}/intent")
+            error = error_of(response, 404)
+            assert error == {"code": "not_found", "details": {},
+                             "message": f"no schedule intent for thing {thing!r} in this"
+                                        " workspace"}, method  # fmt: skip
     with connect(database_url) as conn:
         rows = conn.execute("select count(*) from schedule_intents").fetchone()
     assert rows == (1,)
     still = api.admin.call("GET", "/v1/things/post-1/intent")
     assert (still["version"], set(live(still))) == (mine["version"], set(SOCIAL))
+
+
+def test_thing_ids_are_per_workspace_with_their_own_gates(api):
+    # Given workspace A's post-1, published on instagram
+    put(api, targets=["instagram"], date=None, time=None, publish_at=at_seconds(1))
+    wait_until_published(api, api.admin, "post-1")
+    # When workspace B declares its own post-1
+    response = api.outsider.http.put(
+        "/v1/things/post-1/intent", json=intent(targets=["instagram", "facebook"])
+    )
+    # Then it is B's own thing: created, one row per target, A's history does not gate it
+    assert response.status_code == 201, response.text
+    theirs = response.json()
+    assert set(live(theirs)) == {"instagram", "facebook"}
+    assert {a["id"] for a in theirs["actions"]}.isdisjoint(
+        a["id"] for a in api.admin.call("GET", "/v1/things/post-1/intent")["actions"]
+    )
+    # and A's terminal-history gate still holds for A alone
+    again = put(api, targets=["instagram"], date="2027-05-20", time="09:00")
+    assert again["reconciled"]["skipped"]["terminal_history"] == 1
+    assert live(again) == {}
+
+
+def at_seconds(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
+
+
+def wait_until_published(api: Api, client: Any, thing: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        view = client.call("GET", f"/v1/things/{thing}/intent")
+        if any(a["status"] == "published" for a in view["actions"]):
+            return
+        time.sleep(0.05)
+    raise AssertionError("not published in time")

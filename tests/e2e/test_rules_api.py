@@ -100,10 +100,10 @@ def test_rules_are_listed_in_pages(api):
                       "offset_seconds": 10**9}}, "trigger.offset_seconds"),
         ({"trigger": {"type": "time", "entity_type": "booking", "reference": "start"}},
          "trigger.offset_seconds"),
-        ({"conditions": [{"path": "nowhere.x", "op": "eq", "value": 1}]}, "conditions.0.path"),
+        ({"conditions": [{"path": "nowhere.x", "op": "eq", "value": 1}]}, "conditions[0].path"),
         ({"conditions": [{"path": "context.x", "op": "gt", "value": [1]}]},
-         "conditions.0.value"),
-        ({"conditions": [{"path": "context.x", "op": "like"}]}, "conditions.0.op"),
+         "conditions[0].value"),
+        ({"conditions": [{"path": "context.x", "op": "like"}]}, "conditions[0].op"),
     ],
 )  # fmt: skip
 def test_a_rule_that_cannot_fire_is_a_422_naming_the_field(api, database_url, change, field):

@@ -1,18 +1,47 @@
-"""The migration function as a CloudFormation custom resource, answering over real HTTP."""
+"""The migration function as a CloudFormation custom resource, driven with CloudFormation's
+own event shapes through the Lambda handler, answering over real HTTP to a loopback server
+standing in for the presigned S3 URL. Every case must answer, with the right status and a
+reason a person can act on, before the function's timeout."""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
+import boto3
 import psycopg
 import pytest
+from moto import mock_aws
 
 from tests.handlers import FakeLambdaContext, load_handler
-from tickwork import migrate
+from tickwork import deploy, migrate
+from tickwork.config import Settings
+from tickwork.db import API_LOGIN_ROLE, api_login_url, connect
+from tickwork.deploy import is_rollback, validate_configuration
+
+REGION = "us-east-1"
+PREFIX = "https://sqs.us-east-1.amazonaws.com/123456789012/tickwork-test-"
+ACTION_TYPES = {
+    "log": {"provider": "log"},
+    "webhook": {
+        "provider": "webhook",
+        "targets": ["primary"],
+        "options": {
+            "endpoints": {
+                "primary": {
+                    "url": "https://hooks.example.com/in",
+                    "secret": "whsec_dGlja3dvcmsgdGVzdCBzZWNyZXQ=",
+                }
+            }
+        },
+    },
+}
+LAYER = "arn:aws:lambda:us-east-1:123456789012:layer:tickwork-test:{}"
 
 
 class CloudFormationResponses:
@@ -20,12 +49,14 @@ class CloudFormationResponses:
 
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
+        self.arrived: list[float] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_PUT(self) -> None:
                 length = int(self.headers["Content-Length"])
                 outer.bodies.append(json.loads(self.rfile.read(length)))
+                outer.arrived.append(time.monotonic())
                 self.send_response(200)
                 self.end_headers()
 
@@ -33,8 +64,13 @@ class CloudFormationResponses:
                 pass
 
         self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/presigned?sig=abc"
+        self.url = f"http://127.0.0.1:{self.server.server_port}/presigned?X-Amz-Signature=abc"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def only(self) -> dict[str, Any]:
+        assert len(self.bodies) == 1, self.bodies
+        return self.bodies[0]
 
 
 @pytest.fixture
@@ -44,56 +80,202 @@ def cfn() -> Iterator[CloudFormationResponses]:
     responses.server.shutdown()
 
 
-def custom_resource_event(url: str, request_type: str) -> dict[str, Any]:
-    return {
+@pytest.fixture
+def queues(monkeypatch) -> Iterator[Any]:
+    """Moto's SQS with the stack's queues for both types (two queues: kept small)."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name=REGION)
+        for name in ACTION_TYPES:
+            sqs.create_queue(QueueName=f"tickwork-test-{name}")
+        yield sqs
+
+
+def event(url: str, request_type: str, layer: int = 2, old_layer: int | None = None) -> dict:
+    body: dict[str, Any] = {
         "RequestType": request_type,
+        "ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:tickwork-migrate",
         "ResponseURL": url,
         "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/tickwork/1",
         "RequestId": "req-1",
         "LogicalResourceId": "SchemaMigration",
         "ResourceType": "Custom::TickworkSchema",
-        "ResourceProperties": {},
+        "ResourceProperties": {"ServiceToken": "arn:...", "LayerVersion": LAYER.format(layer)},
     }
+    if request_type != "Create":
+        body["PhysicalResourceId"] = "tickwork-schema"
+    if old_layer is not None:
+        body["OldResourceProperties"] = {"LayerVersion": LAYER.format(old_layer)}
+    return body
 
 
-def run(monkeypatch, database_url: str, event: dict[str, Any]) -> dict[str, Any]:
-    from tickwork.config import settings
-
+def run(
+    monkeypatch,
+    database_url: str,
+    body: dict[str, Any],
+    action_types: dict[str, Any] | None = None,
+    remaining_ms: int = 60_000,
+) -> dict[str, Any]:
     monkeypatch.setenv("DATABASE_URL", database_url)
-    settings.cache_clear()
-    try:
-        return load_handler("migrate").handler(event, FakeLambdaContext())
-    finally:
-        settings.cache_clear()
+    monkeypatch.setenv("TICKWORK_QUEUE_URL_PREFIX", PREFIX)
+    monkeypatch.setenv("TICKWORK_ACTION_TYPES", json.dumps(action_types or ACTION_TYPES))
+    return load_handler("migrate").handler(body, FakeLambdaContext(remaining_ms))
 
 
 ALL_MIGRATIONS = [f"{m.version}_{m.name}" for m in migrate.load(migrate.default_directory())]
 
 
-def test_create_migrates_and_reports_success(monkeypatch, empty_database_url, cfn):
-    result = run(monkeypatch, empty_database_url, custom_resource_event(cfn.url, "Create"))
-    assert result == {"applied": ALL_MIGRATIONS}
-    assert cfn.bodies[0]["Status"] == "SUCCESS"
-    assert cfn.bodies[0]["RequestId"] == "req-1"
-    assert cfn.bodies[0]["Data"] == {"Applied": ",".join(ALL_MIGRATIONS)}
-    with psycopg.connect(empty_database_url) as conn:
-        assert conn.execute("select to_regclass('scheduled_actions')").fetchone()[0]
+def tables(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        return conn.execute("select to_regclass('scheduled_actions')").fetchone()[0] is not None
+
+
+def test_create_migrates_and_reports_success(monkeypatch, empty_database_url, cfn, queues):
+    result = run(monkeypatch, empty_database_url, event(cfn.url, "Create"))
+    assert result["status"] == "SUCCESS"
+    answer = cfn.only
+    assert answer["Status"] == "SUCCESS"
+    assert answer["RequestId"] == "req-1"
+    assert answer["LogicalResourceId"] == "SchemaMigration"
+    assert answer["PhysicalResourceId"] == "tickwork-schema"
+    assert answer["Data"] == {"Applied": ",".join(ALL_MIGRATIONS)}
+    assert tables(empty_database_url)
+    # The API's login works beside the owner once the deploy has run.
+    with connect(api_login_url(empty_database_url)) as api:
+        assert api.execute("select session_user").fetchone() == (API_LOGIN_ROLE,)
+
+
+def test_update_applies_only_what_is_new(monkeypatch, empty_database_url, cfn, queues):
+    migrate.migrate(empty_database_url)
+    run(monkeypatch, empty_database_url, event(cfn.url, "Update", layer=3, old_layer=2))
+    assert cfn.only["Status"] == "SUCCESS"
+    assert cfn.only["Reason"] == "schema already up to date"
+    assert cfn.only["Data"] == {"Applied": ""}
+
+
+def test_update_during_rollback_succeeds_without_migrating(
+    monkeypatch, empty_database_url, cfn, queues
+):
+    # Rolling back from layer 3 to layer 2; an unreachable database must not matter.
+    unreachable = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"
+    run(monkeypatch, unreachable, event(cfn.url, "Update", layer=2, old_layer=3))
+    assert cfn.only["Status"] == "SUCCESS"
+    assert "rollback" in cfn.only["Reason"]
+    assert not tables(empty_database_url)
 
 
 def test_delete_leaves_the_database_alone(monkeypatch, empty_database_url, cfn):
-    run(monkeypatch, empty_database_url, custom_resource_event(cfn.url, "Delete"))
-    assert cfn.bodies[0]["Status"] == "SUCCESS"
+    run(monkeypatch, empty_database_url, event(cfn.url, "Delete"))
+    assert cfn.only["Status"] == "SUCCESS"
     with psycopg.connect(empty_database_url) as conn:
         assert conn.execute("select to_regclass('schema_migrations')").fetchone()[0] is None
 
 
-def test_a_failure_is_reported_to_cloudformation_not_left_hanging(monkeypatch, cfn):
-    unreachable = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"
-    result = run(monkeypatch, unreachable, custom_resource_event(cfn.url, "Update"))
-    assert result["applied"] == []
-    assert cfn.bodies[0]["Status"] == "FAILED"
-    assert "migration failed" in cfn.bodies[0]["Reason"]
+def test_invalid_json_configuration_fails_with_its_reason(
+    monkeypatch, empty_database_url, cfn, queues
+):
+    monkeypatch.setenv("DATABASE_URL", empty_database_url)
+    monkeypatch.setenv("TICKWORK_ACTION_TYPES", "{not json")
+    load_handler("migrate").handler(event(cfn.url, "Create"), FakeLambdaContext())
+    assert cfn.only["Status"] == "FAILED"
+    assert "TICKWORK_ACTION_TYPES is not valid JSON" in cfn.only["Reason"]
+    assert not tables(empty_database_url)
+
+
+def test_a_type_whose_provider_cannot_be_built_fails_the_deploy(
+    monkeypatch, empty_database_url, cfn, queues
+):
+    # The webhook type with no endpoints: its rows could never be delivered.
+    broken = {"log": {"provider": "log"}, "webhook": {"provider": "webhook"}}
+    run(monkeypatch, empty_database_url, event(cfn.url, "Create"), action_types=broken)
+    assert cfn.only["Status"] == "FAILED"
+    assert "'webhook': its provider cannot be built" in cfn.only["Reason"]
+    assert "options.endpoints" in cfn.only["Reason"]
+    assert not tables(empty_database_url)
+
+
+def test_a_queue_created_beside_the_migration_is_waited_for(
+    monkeypatch, empty_database_url, cfn, queues
+):
+    # A type added in this deploy: its queue appears while the migration already checks.
+    monkeypatch.setattr(deploy, "QUEUE_POLL_SECONDS", 0.2)
+    extra = {**ACTION_TYPES, "sms": {"provider": "log"}}
+    timer = threading.Timer(1.0, lambda: queues.create_queue(QueueName="tickwork-test-sms"))
+    timer.start()
+    try:
+        run(monkeypatch, empty_database_url, event(cfn.url, "Update", 3, 2), action_types=extra)
+    finally:
+        timer.cancel()
+    assert cfn.only["Status"] == "SUCCESS", cfn.only["Reason"]
+
+
+def test_a_type_without_its_queue_fails_the_deploy(monkeypatch, empty_database_url, cfn, queues):
+    monkeypatch.setattr(deploy, "QUEUE_WAIT_SECONDS", 1.0)
+    monkeypatch.setattr(deploy, "QUEUE_POLL_SECONDS", 0.2)
+    extra = {**ACTION_TYPES, "sms": {"provider": "log"}}
+    run(monkeypatch, empty_database_url, event(cfn.url, "Update", 3, 2), action_types=extra)
+    assert cfn.only["Status"] == "FAILED"
+    assert f"'sms' has no queue at {PREFIX}sms" in cfn.only["Reason"]
+    assert "Fn::ForEach::PerActionType" in cfn.only["Reason"]
+
+
+def test_an_unreachable_database_is_retried_then_reported(monkeypatch, cfn, queues):
+    unreachable = "postgresql://nobody@127.0.0.1:1/none"
+    started = time.monotonic()
+    # 31 s left: 16 s of work budget, enough for two attempts five seconds apart.
+    result = run(monkeypatch, unreachable, event(cfn.url, "Create"), remaining_ms=31_000)
+    assert result["status"] == "FAILED"
+    assert cfn.only["Status"] == "FAILED"
+    assert "unreachable after 2 attempts" in cfn.only["Reason"]
+    assert "security group" in cfn.only["Reason"]
+    assert cfn.arrived[0] - started < 31
+
+
+def test_a_database_that_never_answers_still_gets_an_answer_in_time(monkeypatch, cfn, queues):
+    # A listener that accepts and says nothing: the connection attempt hangs.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        url = f"postgresql://nobody@127.0.0.1:{silent.getsockname()[1]}/none"
+        started = time.monotonic()
+        run(monkeypatch, url, event(cfn.url, "Create"), remaining_ms=20_000)
+        assert cfn.only["Status"] == "FAILED"
+        assert "did not finish within 5 s" in cfn.only["Reason"]
+        assert cfn.arrived[0] - started < 20 - 10  # answered with the margin to spare
+    finally:
+        silent.close()
+
+
+def test_an_unreachable_answer_url_does_not_raise(monkeypatch, empty_database_url, queues):
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    result = run(monkeypatch, empty_database_url, event(f"http://127.0.0.1:{port}/x", "Delete"))
+    assert result["status"] == "SUCCESS"
 
 
 def test_a_direct_invoke_migrates(monkeypatch, empty_database_url):
-    assert run(monkeypatch, empty_database_url, {}) == {"applied": ALL_MIGRATIONS}
+    monkeypatch.setenv("DATABASE_URL", empty_database_url)
+    result = load_handler("migrate").handler({}, FakeLambdaContext())
+    assert result == {"applied": ALL_MIGRATIONS}
+
+
+def test_rollback_is_an_update_to_an_older_layer():
+    assert is_rollback(event("u", "Update", layer=4, old_layer=5))
+    assert not is_rollback(event("u", "Update", layer=5, old_layer=4))
+    assert not is_rollback(event("u", "Update", layer=5, old_layer=5))
+    assert not is_rollback(event("u", "Create", layer=4))
+
+
+def test_every_configured_type_needs_a_queue_url():
+    settings = Settings.model_validate({"action_types": {"log": {"provider": "log"}}})
+    assert validate_configuration(settings, lambda url: True) == [
+        "action type 'log' has no queue URL (TICKWORK_QUEUE_URL_PREFIX)"
+    ]
+    assert validate_configuration(Settings.model_validate({"action_types": {}}), bool) == [
+        "no action types are configured (the ActionTypes parameter)"
+    ]

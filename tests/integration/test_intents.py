@@ -222,17 +222,17 @@ def test_another_workspaces_thing_is_invisible_and_untouchable(conn, workspace, 
     # Given workspace A's intent for post-1
     theirs = declare(conn, workspace, settings, wall_date=tomorrow, wall_time="09:00")
     other = make_workspace(conn, "Other", "Europe/Berlin")
-    rows_before = count(conn, "scheduled_actions")
-    # When workspace B asks for it, unschedules it, or declares an intent for it
+    # When workspace B asks for it or unschedules it, it is not there
     assert intents.get_intent(conn, other, "post-1") is None
-    with pytest.raises(NotFoundError):
+    with pytest.raises(NotFoundError, match="no schedule intent for thing 'post-1'"):
         intents.unschedule_intent(conn, other, "post-1", settings)
-    with pytest.raises(NotFoundError, match="not this workspace's"):
-        declare(conn, other, settings, targets=("facebook",), wall_date=tomorrow,
-                wall_time="11:00")  # fmt: skip
-    # Then nothing was written, and A's intent and rows are exactly as they were
-    assert count(conn, "schedule_intents") == 1
-    assert count(conn, "scheduled_actions") == rows_before
+    # and declaring its own post-1 makes a second, independent thing
+    mine = declare(conn, other, settings, targets=("facebook",), wall_date=tomorrow,
+                   wall_time="11:00")  # fmt: skip
+    assert mine.created
+    assert [a.target_key for a in mine.active] == ["facebook"]
+    # Then A's intent and rows are exactly as they were
+    assert count(conn, "schedule_intents") == 2
     still = intents.get_intent(conn, workspace, "post-1")
     assert still is not None
     assert still.intent == theirs.intent

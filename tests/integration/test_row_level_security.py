@@ -7,9 +7,17 @@ from datetime import timedelta
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from tests.conftest import make_workspace
 from tests.engine import seed
+from tickwork.db import (
+    API_LOGIN_ROLE,
+    connect,
+    local_api_login,
+    local_api_password,
+    provision_api_login,
+)
 from tickwork.errors import ForbiddenError
 from tickwork.tenancy import authorize, tenant_transaction
 from tickwork.workspaces import add_member
@@ -80,3 +88,63 @@ def test_membership_is_checked_within_the_tenant(conn, two_tenants):
         assert authorize(conn, "alice", a).is_admin
     with pytest.raises(ForbiddenError, match="not a member"), tenant_transaction(conn, a):
         authorize(conn, "bob", a)
+
+
+# --- the API's own login: row-level security it cannot leave --------------------------------
+
+
+@pytest.fixture
+def api_conn(database_url):
+    with connect(local_api_login(database_url)) as connection:
+        yield connection
+
+
+def test_the_api_logs_in_as_its_own_role(api_conn):
+    assert api_conn.execute("select session_user").fetchone() == (API_LOGIN_ROLE,)
+
+
+def test_an_unfiltered_query_from_the_api_login_sees_one_workspace(api_conn, two_tenants):
+    a, _ = two_tenants
+    with tenant_transaction(api_conn, a):
+        rows = api_conn.execute("select workspace_id from scheduled_actions").fetchall()
+    assert {row[0] for row in rows} == {a}
+    assert len(rows) == 3
+
+
+def test_reset_role_leaves_the_api_login_with_nothing(api_conn, two_tenants):
+    a, _ = two_tenants
+    with tenant_transaction(api_conn, a):
+        api_conn.execute("reset role")
+        assert api_conn.execute("select current_user").fetchone() == (API_LOGIN_ROLE,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="scheduled_actions"):
+            api_conn.execute("select count(*) from scheduled_actions")
+
+
+def test_the_api_login_cannot_become_the_owner(api_conn, two_tenants):
+    a, _ = two_tenants
+    owner = api_conn.execute(
+        "select tableowner from pg_tables where tablename = 'scheduled_actions'"
+    ).fetchone()[0]
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied to set role"):
+        api_conn.execute(sql.SQL("set role {}").format(sql.Identifier(owner)))
+    with (
+        pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied to set role"),
+        tenant_transaction(api_conn, a),
+    ):
+        api_conn.execute(sql.SQL("set local role {}").format(sql.Identifier(owner)))
+
+
+def test_outside_a_tenant_transaction_the_api_login_reads_nothing(api_conn, two_tenants):
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="scheduled_actions"):
+        api_conn.execute("select count(*) from scheduled_actions")
+
+
+def test_the_api_login_password_is_set_as_a_scram_verifier(conn, database_url):
+    # The password the local runtime derives; the server stores only a SCRAM verifier.
+    provision_api_login(conn, "correct horse battery staple")
+    row = conn.execute(
+        "select rolpassword like 'SCRAM-SHA-256$%%' from pg_authid where rolname = %s",
+        (API_LOGIN_ROLE,),
+    ).fetchone()
+    provision_api_login(conn, local_api_password(database_url))
+    assert row == (True,)

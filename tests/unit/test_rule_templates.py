@@ -104,13 +104,13 @@ def test_conditions_hold_or_say_why_not():
 @pytest.mark.parametrize(
     ("raw", "field"),
     [
-        ([{"path": "context.x", "op": "between", "value": 1}], "conditions.0.op"),
-        ([{"path": "other.x", "op": "eq", "value": 1}], "conditions.0.path"),
-        ([{"path": "context..x", "op": "eq", "value": 1}], "conditions.0.path"),
-        ([{"path": "context.x", "op": "gt", "value": True}], "conditions.0.value"),
-        ([{"path": "context.x", "op": "exists", "value": 1}], "conditions.0.value"),
-        ([{"path": "context.x", "op": "eq", "value": {"a": 1}}], "conditions.0.value"),
-        ([{"path": "context.x", "op": "eq", "colour": 1}], "conditions.0.colour"),
+        ([{"path": "context.x", "op": "between", "value": 1}], "conditions[0].op"),
+        ([{"path": "other.x", "op": "eq", "value": 1}], "conditions[0].path"),
+        ([{"path": "context..x", "op": "eq", "value": 1}], "conditions[0].path"),
+        ([{"path": "context.x", "op": "gt", "value": True}], "conditions[0].value"),
+        ([{"path": "context.x", "op": "exists", "value": 1}], "conditions[0].value"),
+        ([{"path": "context.x", "op": "eq", "value": {"a": 1}}], "conditions[0].value"),
+        ([{"path": "context.x", "op": "eq", "colour": 1}], "conditions[0].colour"),
         ("not a list", "conditions"),
     ],
 )

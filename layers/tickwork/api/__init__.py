@@ -3,12 +3,16 @@ validated with pydantic, routes split by resource, the OpenAPI document made fro
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
 from functools import cache
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, content_types
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
+from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork import __version__
@@ -27,7 +31,9 @@ from tickwork.api import (
     rules,
     workspace,
 )
+from tickwork.api.request import check_event, decode_body, request_checks
 from tickwork.api.scope import tenancy
+from tickwork.errors import TickworkError
 
 MAX_BODY_BYTES = 256 * 1024
 OPENAPI_PATH = "/v1/openapi.json"
@@ -37,9 +43,75 @@ them. Authenticate with a bearer JWT; name the workspace in `X-Workspace-Id`. Er
 `{"error": {"code", "message", "details"}}`."""
 
 
+class _RequestState(threading.local):
+    event: BaseProxyEvent | None = None
+    lambda_context: LambdaContext | None = None
+    context: dict[str, Any] | None = None
+    frames: list[str] | None = None
+
+
+class ConcurrentResolver(APIGatewayHttpResolver):
+    """Powertools' resolver keeps the current event and the routing context in shared state
+    (class attributes); here they are per thread, so one resolver serves several requests at
+    once (the local server's threads; Lambda runs one at a time either way)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._state = _RequestState()
+        self._startup: dict[str, Any] = {}
+        super().__init__(**kwargs)
+        # What the constructor and include_router put in the context is every request's start.
+        self._startup, self._state.context = self._state.context or {}, None
+
+    @property
+    def current_event(self) -> APIGatewayProxyEventV2:
+        assert isinstance(self._state.event, APIGatewayProxyEventV2), "no request resolved"
+        return self._state.event
+
+    @current_event.setter
+    def current_event(self, value: BaseProxyEvent) -> None:
+        self._state.event = value
+
+    @property
+    def lambda_context(self) -> LambdaContext:
+        assert self._state.lambda_context is not None, "no request is being resolved"
+        return self._state.lambda_context
+
+    @lambda_context.setter
+    def lambda_context(self, value: LambdaContext) -> None:
+        self._state.lambda_context = value
+
+    @property
+    def context(self) -> dict[str, Any]:
+        return self._startup if self._state.context is None else self._state.context
+
+    @context.setter
+    def context(self, value: dict[str, Any]) -> None:
+        self._state.context = value
+
+    @property
+    def processed_stack_frames(self) -> list[str]:
+        if self._state.frames is None:
+            self._state.frames = []
+        return self._state.frames
+
+    @processed_stack_frames.setter
+    def processed_stack_frames(self, value: list[str]) -> None:
+        self._state.frames = value
+
+    def resolve(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
+        state = self._state
+        state.event = self._to_proxy_event(cast(dict[str, Any], event))
+        state.lambda_context = context
+        state.context = dict(self._startup)
+        try:
+            return self._build_response(self._resolve())
+        finally:
+            state.event = state.lambda_context = state.context = None
+
+
 def build() -> APIGatewayHttpResolver:
-    app = APIGatewayHttpResolver(enable_validation=True)
-    app.use([tenancy])
+    app = ConcurrentResolver(enable_validation=True)
+    app.use([request_checks, tenancy])
     app.include_router(actions.router)
     app.include_router(workspace.router)
     app.include_router(intents.router)
@@ -102,4 +174,13 @@ def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             f"the request body is larger than {MAX_BODY_BYTES} bytes",
             {"limit": MAX_BODY_BYTES},
         )
+    try:
+        if event.get("isBase64Encoded") and body:
+            # API Gateway sends bodies it does not take for text as base64: read them as
+            # UTF-8 JSON here, once, so nothing below sees bytes.
+            body = decode_body(body)
+            event = {**event, "body": body, "isBase64Encoded": False}
+        check_event(event, body)
+    except TickworkError as exc:
+        return errors.error_result(errors.status_of(exc), exc.code, exc.message, exc.details)
     return app.resolve(event, context)

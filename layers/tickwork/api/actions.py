@@ -9,15 +9,17 @@ from uuid import UUID
 from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
-from pydantic import AwareDatetime
 
 from tickwork import actions, calendar, changes
 from tickwork.actions import Action, NewAction
 from tickwork.api.models import (
     ActionOut,
     ActionPage,
+    CalendarRange,
     CreateAction,
+    Instant,
     Reschedule,
+    ResolvedOut,
     When,
     responses,
 )
@@ -25,7 +27,7 @@ from tickwork.api.scope import RequestScope, scope
 from tickwork.api.sequences_models import ActionDetailOut, ChangeOut
 from tickwork.errors import NotFoundError
 from tickwork.tick import enqueue_soon
-from tickwork.wallclock import instant_of
+from tickwork.wallclock import describe_resolution, instant_of
 
 router = Router()
 
@@ -37,6 +39,14 @@ StatusFilter = Literal["queued", "submitted", "published", "failed", "cancelled"
 
 def _out(request: RequestScope, action: Action) -> ActionOut:
     return ActionOut.of(action, request.caller.timezone)
+
+
+def _resolved(request: RequestScope, when: When) -> ResolvedOut | None:
+    """How a wall time was read, for the answer (None for an instant)."""
+    if when.date is None or when.time is None:
+        return None
+    found = describe_resolution(when.date, when.time, when.timezone or request.caller.timezone.key)
+    return ResolvedOut.model_validate(found, from_attributes=True)
 
 
 def _instant(request: RequestScope, when: When) -> datetime:
@@ -63,8 +73,9 @@ def _enqueue_after_commit(request: RequestScope, action: Action) -> None:
 
 
 def _move(
-    request: RequestScope, action_id: str, publish_at: datetime, verb: str, source: str | None
-) -> ActionOut:
+    request: RequestScope, action_id: str, publish_at: datetime, verb: str, source: str | None,
+    resolved: ResolvedOut | None = None,
+) -> ActionOut:  # fmt: skip
     """Cancel a queued action and schedule its replacement at `publish_at` (lineage kept)."""
     key = _action_id(action_id)
     transition, replacement = actions.reschedule(
@@ -74,7 +85,7 @@ def _move(
     actions.expect(transition, key, verb, "queued")
     assert replacement is not None
     _enqueue_after_commit(request, replacement)
-    return _out(request, replacement)
+    return _out(request, replacement).model_copy(update={"resolved": resolved})
 
 
 @router.post(
@@ -107,11 +118,12 @@ def create_action(
         request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
     )
     if result.created:
+        request.added_actions()
         _enqueue_after_commit(request, result.action)
     return Response(
         status_code=201 if result.created else 200,
         content_type=content_types.APPLICATION_JSON,
-        body=_out(request, result.action),
+        body=_out(request, result.action).model_copy(update={"resolved": _resolved(request, body)}),
     )
 
 
@@ -122,8 +134,14 @@ def create_action(
 )
 def list_actions(
     workspace: WorkspaceHeader,
-    start: Annotated[AwareDatetime, Query(alias="from", description="inclusive, RFC 3339")],
-    end: Annotated[AwareDatetime, Query(alias="to", description="exclusive, RFC 3339")],
+    start: Annotated[
+        Instant | None,
+        Query(alias="from", description="inclusive, RFC 3339; default: 24 hours ago"),
+    ] = None,
+    end: Annotated[
+        Instant | None,
+        Query(alias="to", description="exclusive, RFC 3339; default: from + 31 days"),
+    ] = None,
     status: Annotated[StatusFilter | None, Query()] = None,
     action_type: Annotated[str | None, Query(max_length=63)] = None,
     thing_id: Annotated[str | None, Query(max_length=200)] = None,
@@ -131,11 +149,16 @@ def list_actions(
     cursor: Annotated[str | None, Query(max_length=300)] = None,
 ) -> ActionPage:
     request = scope(router)
+    start, end = calendar.default_range(start, end, request.now)
     page = calendar.list_actions(
         request.conn, request.caller.workspace_id, start, end, status=status,
         action_type=action_type, thing_id=thing_id, limit=limit, cursor=cursor,
     )  # fmt: skip
-    return ActionPage(items=[_out(request, a) for a in page.items], next_cursor=page.next_cursor)
+    return ActionPage(
+        items=[_out(request, a) for a in page.items],
+        next_cursor=page.next_cursor,
+        range=CalendarRange.model_validate({"from": start, "to": end}),
+    )
 
 
 @router.get(
@@ -173,7 +196,10 @@ def cancel_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
 )
 def reschedule_action(action_id: str, body: Reschedule, workspace: WorkspaceHeader) -> ActionOut:
     request = scope(router)
-    return _move(request, action_id, _instant(request, body), "rescheduled", source=None)
+    return _move(
+        request, action_id, _instant(request, body), "rescheduled", source=None,
+        resolved=_resolved(request, body),
+    )  # fmt: skip
 
 
 @router.post(
@@ -198,5 +224,6 @@ def retry_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
     settings = request.runtime.settings
     transition = actions.retry(request.conn, request.caller.workspace_id, key, settings)
     retried = actions.expect_retried(transition, key)
+    request.added_actions()
     _enqueue_after_commit(request, retried)
     return _out(request, retried)

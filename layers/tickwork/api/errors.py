@@ -22,6 +22,7 @@ from tickwork.errors import (
     InputError,
     NotFoundError,
     PayloadTooLargeError,
+    RateLimitedError,
     TickworkError,
 )
 from tickwork.observability import logger
@@ -29,6 +30,7 @@ from tickwork.observability import logger
 # Most specific first.
 STATUS_OF: list[tuple[type[TickworkError], HTTPStatus]] = [
     (PayloadTooLargeError, HTTPStatus.REQUEST_ENTITY_TOO_LARGE),
+    (RateLimitedError, HTTPStatus.TOO_MANY_REQUESTS),
     (BadRequestError, HTTPStatus.BAD_REQUEST),
     (InputError, HTTPStatus.UNPROCESSABLE_ENTITY),
     (NotFoundError, HTTPStatus.NOT_FOUND),
@@ -38,28 +40,53 @@ STATUS_OF: list[tuple[type[TickworkError], HTTPStatus]] = [
 ]
 
 
+def error_json(code: str, message: str, details: dict[str, Any] | None = None) -> str:
+    """The error body. It never fails: details that cannot be serialized (a lone surrogate
+    echoed from the input, say) are dropped rather than failing the answer."""
+    try:
+        return ErrorBody(
+            error=ErrorDetail(code=code, message=message, details=details or {})
+        ).model_dump_json()
+    except (ValueError, TypeError):
+        safe = message.encode("utf-8", "backslashreplace").decode("utf-8")
+        return ErrorBody(error=ErrorDetail(code=code, message=safe)).model_dump_json()
+
+
 def error_response(
-    status: HTTPStatus, code: str, message: str, details: dict[str, Any] | None = None
+    status: HTTPStatus,
+    code: str,
+    message: str,
+    details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> Response[str]:
-    body = ErrorBody(error=ErrorDetail(code=code, message=message, details=details or {}))
     return Response(
         status_code=status.value,
         content_type=content_types.APPLICATION_JSON,
-        body=body.model_dump_json(),
+        body=error_json(code, message, details),
+        headers=headers,
     )
 
 
 def error_result(
-    status: HTTPStatus, code: str, message: str, details: dict[str, Any] | None = None
+    status: HTTPStatus,
+    code: str,
+    message: str,
+    details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The same error as a Lambda proxy result, for answers given before the resolver runs."""
-    body = ErrorBody(error=ErrorDetail(code=code, message=message, details=details or {}))
     return {
         "statusCode": status.value,
-        "headers": {"Content-Type": content_types.APPLICATION_JSON},
-        "body": body.model_dump_json(),
+        "headers": {"Content-Type": content_types.APPLICATION_JSON, **(headers or {})},
+        "body": error_json(code, message, details),
         "isBase64Encoded": False,
     }
+
+
+def headers_of(error: TickworkError) -> dict[str, str] | None:
+    if isinstance(error, RateLimitedError):
+        return {"Retry-After": str(error.retry_after_seconds)}
+    return None
 
 
 def status_of(error: TickworkError) -> HTTPStatus:
@@ -70,14 +97,47 @@ def status_of(error: TickworkError) -> HTTPStatus:
 
 
 def _field(loc: Any) -> str:
-    parts = [str(part) for part in (loc or ()) if part not in ("body", "query", "header", "path")]
-    return ".".join(parts)
+    """`payload.items[2]`; the part of the request (`body`) when the error is about all of it."""
+    parts = [part for part in (loc or ()) if part not in ("body", "query", "header", "path")]
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or (str(loc[0]) if loc else "body")
+
+
+def _problem(error: Any) -> str:
+    """Pydantic's message without its "Value error, " prefix (our validators' own words)."""
+    if error.get("type") == "value_error" and (error.get("ctx") or {}).get("error"):
+        return str(error["ctx"]["error"])
+    message = str(error.get("msg") or "invalid")
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    field, value = _field(error.get("loc")), error.get("input")
+    if field in RANGE_PARAMETERS and isinstance(value, str) and " " in value:
+        message += (
+            "; a '+' in a URL reads as a space: URL-encode the value (send + as %2B),"
+            " or give the time in UTC with Z"
+        )
+    return message
+
+
+# Query parameters that are instants with offsets, where an unencoded + arrives as a space.
+RANGE_PARAMETERS = frozenset({"from", "to"})
+WORKSPACE_HEADER = "X-Workspace-Id"
+
+
+def allowed_methods(app: APIGatewayHttpResolver, path: str) -> list[str]:
+    """Methods some route serves at `path`, for a 405's Allow header."""
+    routes = app._static_routes + app._dynamic_routes
+    return sorted({route.method for route in routes if route.rule.match(path)})
 
 
 def register(app: APIGatewayHttpResolver) -> None:
     @app.exception_handler(TickworkError)
     def domain_error(error: TickworkError) -> Response[str]:
-        return error_response(status_of(error), error.code, error.message, error.details)
+        return error_response(
+            status_of(error), error.code, error.message, error.details, headers_of(error)
+        )
 
     @app.exception_handler(RequestUnsupportedContentType)
     def unsupported(error: RequestUnsupportedContentType) -> Response[str]:
@@ -90,19 +150,29 @@ def register(app: APIGatewayHttpResolver) -> None:
     @app.exception_handler(RequestValidationError)
     def invalid_request(error: RequestValidationError) -> Response[str]:
         problems = [
-            {"field": _field(e.get("loc")), "problem": str(e.get("msg")), "type": e.get("type")}
+            {"field": _field(e.get("loc")), "problem": _problem(e), "type": e.get("type")}
             for e in error.errors()
         ]
         if any(p["type"] == "json_invalid" for p in problems):
             return error_response(
                 HTTPStatus.BAD_REQUEST, "bad_request", "the request body is not valid JSON"
             )
-        first = problems[0] if problems else {"field": "", "problem": "invalid"}
-        where = f"{first['field']}: " if first["field"] else ""
+        if any(p["field"].lower() == WORKSPACE_HEADER.lower() for p in problems):
+            # A malformed request, as the README says, whatever the route.
+            raw = app.current_event.headers.get(WORKSPACE_HEADER.lower()) or ""
+            return error_response(
+                HTTPStatus.BAD_REQUEST,
+                "bad_request",
+                f"{WORKSPACE_HEADER} {raw[:60]!r} is not a workspace id (a UUID)"
+                if raw
+                else f"the {WORKSPACE_HEADER} header is required: the workspace to act in",
+                {"field": WORKSPACE_HEADER},
+            )
+        first = problems[0] if problems else {"field": "body", "problem": "invalid"}
         return error_response(
             HTTPStatus.UNPROCESSABLE_ENTITY,
             "invalid_input",
-            f"{where}{first['problem']}",
+            f"{first['field']}: {first['problem']}",
             {"errors": problems},
         )
 
@@ -133,6 +203,16 @@ def register(app: APIGatewayHttpResolver) -> None:
     @app.not_found
     def not_found(error: Exception) -> Response[str]:
         event = app.current_event
+        allowed = allowed_methods(app, event.path)
+        if allowed:
+            return error_response(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                f"{event.http_method} is not allowed on {event.path[:200]}; use"
+                f" {' or '.join(allowed)}",
+                {"allowed": allowed},
+                headers={"Allow": ", ".join(allowed)},
+            )
         return error_response(
-            HTTPStatus.NOT_FOUND, "not_found", f"no route {event.http_method} {event.path}"
+            HTTPStatus.NOT_FOUND, "not_found", f"no route {event.http_method} {event.path[:200]}"
         )

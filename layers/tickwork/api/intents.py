@@ -3,6 +3,7 @@ keeps the thing's actions in step with it (and does so at once on every write)."
 
 from __future__ import annotations
 
+from datetime import date, time
 from typing import Annotated
 from uuid import UUID
 
@@ -16,13 +17,14 @@ from tickwork.api.models import (
     IntentIn,
     IntentOut,
     ReconcileOut,
+    ResolvedOut,
     responses,
 )
 from tickwork.api.scope import RequestScope, scope
 from tickwork.errors import NotFoundError
 from tickwork.intents import IntentInput, IntentResult, IntentView
 from tickwork.tick import enqueue_soon
-from tickwork.wallclock import local_rendering
+from tickwork.wallclock import describe_resolution, local_rendering
 
 router = Router()
 
@@ -53,7 +55,16 @@ def _out(request: RequestScope, view: IntentView) -> IntentOut:
         resolved_at_local=local_rendering(view.instant, tz) if view.instant else None,
         payload=intent.payload, version=intent.version, updated_at=intent.updated_at,
         actions=[ActionOut.of(action, tz) for action in view.actions], reconciled=reconciled,
+        resolved=_resolved(intent.wall_date, intent.wall_time, intent.timezone or tz.key),
     )  # fmt: skip
+
+
+def _resolved(day: date | None, clock: time | None, zone_name: str) -> ResolvedOut | None:
+    """How the intent's wall time is read in its zone (moved, or the first of two)."""
+    if day is None or clock is None:
+        return None
+    found = describe_resolution(day.isoformat(), clock.isoformat(), zone_name)
+    return ResolvedOut.model_validate(found, from_attributes=True)
 
 
 def _enqueue_after_commit(request: RequestScope, view: IntentView) -> None:
@@ -84,6 +95,8 @@ def put_intent(thing_id: str, body: IntentIn, workspace: WorkspaceHeader) -> Res
         request.conn, request.caller.workspace_id, thing_id, given, request.runtime.settings,
         request.now, updated_by=request.caller.user_id,
     )  # fmt: skip
+    if result.reconciled.inserted:
+        request.added_actions()
     _enqueue_after_commit(request, result)
     return Response(
         status_code=201 if result.created else 200,

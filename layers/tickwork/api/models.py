@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from tickwork.actions import Action
-from tickwork.wallclock import local_rendering
+from tickwork.wallclock import local_rendering, to_utc
+
+# An RFC 3339 instant with an offset, in UTC once validated; one whose UTC form falls
+# outside the years 1-9999 (0001-01-01T00:00:00+01:00) is a 422, not an overflow.
+Instant = Annotated[AwareDatetime, AfterValidator(to_utc)]
 
 Status = Literal["queued", "submitted", "published", "failed", "cancelled"]
 
@@ -23,7 +27,7 @@ class When(Strict):
     """Either an instant (`publish_at`, RFC 3339 with an offset) or a wall time (`date` and
     `time`, in `timezone` or else the workspace's zone)."""
 
-    publish_at: AwareDatetime | None = Field(
+    publish_at: Instant | None = Field(
         default=None, description="RFC 3339 with offset, e.g. 2026-05-20T09:00:00-04:00"
     )
     date: str | None = Field(default=None, description="local date, YYYY-MM-DD", max_length=10)
@@ -62,6 +66,16 @@ class Reschedule(When):
     pass
 
 
+class ResolvedOut(BaseModel):
+    """How the wall time of the request became `publish_at` (the rule under *Time*)."""
+
+    wall_time: str = Field(description="the date and time asked for")
+    timezone: str = Field(description="the zone they were read in")
+    rule: Literal["exact", "skipped_moved_forward", "repeated_first_occurrence"]
+    local: str = Field(description="publish_at in that zone, with its offset")
+    note: str = Field(description="what happened, when the rule moved or chose the time")
+
+
 class ActionOut(BaseModel):
     id: UUID
     action_type: str
@@ -90,6 +104,11 @@ class ActionOut(BaseModel):
     )
     created_at: datetime
     updated_at: datetime
+    resolved: ResolvedOut | None = Field(
+        default=None,
+        description="in the answer to a request that gave date and time: how that wall time"
+        " was read (moved forward when the zone skips it, the first when it repeats)",
+    )
 
     @classmethod
     def of(cls, action: Action, tz: ZoneInfo) -> ActionOut:
@@ -109,9 +128,21 @@ class ActionOut(BaseModel):
         )  # fmt: skip
 
 
+class CalendarRange(BaseModel):
+    """The range a calendar page covers, as given or by default."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    start: datetime = Field(alias="from", description="inclusive")
+    end: datetime = Field(alias="to", description="exclusive")
+
+
 class ActionPage(BaseModel):
     items: list[ActionOut]
     next_cursor: str | None = Field(description="pass as `cursor` for the next page")
+    range: CalendarRange | None = Field(
+        default=None, description="the from and to used (defaults: 24 h ago, from + 31 days)"
+    )
 
 
 class StatusCount(BaseModel):
@@ -161,14 +192,16 @@ class ErrorBody(BaseModel):
 
 
 _ERROR_MEANINGS = {
-    400: "the request is malformed (body not JSON, X-Workspace-Id missing)",
+    400: "the request is malformed (body not JSON or not UTF-8, X-Workspace-Id missing or"
+    " not a UUID)",
     401: "no valid bearer token",
     403: "not a member of the workspace, or not an admin",
     404: "not found in this workspace (another workspace's ids are not found either)",
     409: "not in a state that allows this (an action past queued, an ended schedule), or it"
     " conflicts with another",
     413: "the body or the payload is too large",
-    422: "a value is invalid; the message says which and why",
+    422: "a value is invalid, or a quota is reached; the message says which and why",
+    429: "the workspace's request rate quota; retry after Retry-After seconds",
 }
 
 
@@ -220,4 +253,7 @@ class IntentOut(BaseModel):
     actions: list[ActionOut] = Field(description="every action of the thing, oldest first")
     reconciled: ReconcileOut | None = Field(
         default=None, description="what reconciling did, on a write"
+    )
+    resolved: ResolvedOut | None = Field(
+        default=None, description="how the wall time is read in its zone, when it has one"
     )

@@ -13,7 +13,7 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 
-from tickwork import calendar, recurring
+from tickwork import calendar, quotas, recurring
 from tickwork.api.models import ActionOut, responses
 from tickwork.api.recurring_models import (
     CreateSchedule,
@@ -96,6 +96,13 @@ def _enqueue_after_commit(request: RequestScope, ids: Sequence[UUID]) -> None:
     request.after_commit.append(hand_over)
 
 
+def _added(request: RequestScope, ids: Sequence[UUID]) -> None:
+    """New rows count against the workspace's quota, then go to their queue once committed."""
+    if ids:
+        request.added_actions()
+    _enqueue_after_commit(request, ids)
+
+
 def _encode_cursor(cursor: ScheduleCursor) -> str:
     raw = f"{cursor.created_at.isoformat()}|{cursor.id}"
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
@@ -126,10 +133,11 @@ def create_schedule(body: CreateSchedule, workspace: WorkspaceHeader) -> Respons
         max_failures_before_pause=body.max_failures_before_pause,
         created_by=request.caller.user_id,
     )
+    quotas.check_new_schedule(request.conn, request.caller.workspace_id, request.runtime.settings)
     result = recurring.create_schedule(
         request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
     )
-    _enqueue_after_commit(request, result.created)
+    _added(request, result.created)
     return Response(
         status_code=201,
         content_type=content_types.APPLICATION_JSON,
@@ -196,7 +204,7 @@ def edit_schedule(schedule_id: str, body: SchedulePatch, workspace: WorkspaceHea
         request.conn, request.caller.workspace_id, key, ScheduleChanges(**sent),
         request.runtime.settings, request.now,
     )  # fmt: skip
-    _enqueue_after_commit(request, result.created)
+    _added(request, result.created)
     return _out(request, result.schedule)
 
 
@@ -228,7 +236,7 @@ def resume_schedule(schedule_id: str, workspace: WorkspaceHeader) -> ScheduleOut
     result = recurring.resume_schedule(
         request.conn, request.caller.workspace_id, key, request.runtime.settings, request.now
     )
-    _enqueue_after_commit(request, result.created)
+    _added(request, result.created)
     return _out(request, result.schedule)
 
 
@@ -261,5 +269,5 @@ def run_now(schedule_id: str, workspace: WorkspaceHeader) -> ActionOut:
         request.conn, request.caller.workspace_id, key, request.runtime.settings, request.now,
         created_by=request.caller.user_id,
     )  # fmt: skip
-    _enqueue_after_commit(request, [action.id])
+    _added(request, [action.id])
     return ActionOut.of(action, request.caller.timezone)

@@ -7,9 +7,9 @@ from typing import Any, Literal
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import BaseModel, Field
 
-from tickwork.api.models import Strict
+from tickwork.api.models import Instant, Strict
 from tickwork.recurrence import MAX_RULE_LENGTH, Occurrence
 from tickwork.recurring import MAX_CATCH_UP_SECONDS, MAX_FAILURES_LIMIT, Schedule
 from tickwork.wallclock import local_rendering
@@ -74,7 +74,7 @@ class CreateSchedule(Strict):
         max_length=64,
         description="IANA zone; default: the workspace's zone, stored with the schedule",
     )
-    until: AwareDatetime | None = Field(
+    until: Instant | None = Field(
         default=None, description="RFC 3339 with offset; nothing fires after it"
     )
     catch_up_window_seconds: int | None = _catch_up()
@@ -96,7 +96,7 @@ class SchedulePatch(Strict):
     rrule: str = _rrule(default=None)
     dtstart: str = _dtstart("the wall time stays when only the zone changes")
     timezone: str = _leave_out(max_length=64, description="IANA zone")
-    until: AwareDatetime | None = Field(default=None, description="null: no end")
+    until: Instant | None = Field(default=None, description="null: no end")
     payload: dict[str, Any] = _leave_out(description="the template every occurrence carries")
     target_key: str = _leave_out(min_length=1, max_length=200)
     thing_id: str | None = Field(default=None, min_length=1, max_length=200)

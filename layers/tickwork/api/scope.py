@@ -20,7 +20,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 
-from tickwork import runtime
+from tickwork import quotas, runtime
 from tickwork.db import Connection
 from tickwork.errors import AuthenticationError, BadRequestError
 from tickwork.runtime import Runtime
@@ -38,6 +38,11 @@ class RequestScope:
     runtime: Runtime
     now: datetime
     after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+    def added_actions(self) -> None:
+        """Call after a write that added active rows: over the workspace's quota, it is
+        refused (422) and rolled back."""
+        quotas.check_active_actions(self.conn, self.caller.workspace_id, self.runtime.settings)
 
 
 def scope(router: Router) -> RequestScope:
@@ -69,16 +74,23 @@ def tenancy(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Res
     user_id = _user(app)
     workspace_id = _workspace(app)
     rt = runtime.current()
-    conn = rt.db.connection()
+    conn = rt.api_database().connection()
     request: RequestScope | None = None
-    with tenant_transaction(conn, workspace_id, actor=user_id):
+    # Membership and the request count first, committed on their own: a request that
+    # fails later still counts against the workspace's rate.
+    with tenant_transaction(conn, workspace_id):
         caller = authorize(conn, user_id, workspace_id)
+        quotas.count_request(conn, workspace_id, rt.settings)
+    with tenant_transaction(conn, workspace_id, actor=user_id):
         request = RequestScope(conn, caller, rt, utcnow())
         app.append_context(**{_KEY: request})
         response = next_middleware(app)
         if response.status_code >= 400:
             raise psycopg.Rollback()
-    if response.status_code < 400:
-        for work in request.after_commit:
-            work()
+    if response.status_code < 400 and request.after_commit:
+        # The API's login acts only inside a tenant transaction, so the work that needs the
+        # commit (handing new rows to their queues) gets one of its own.
+        with tenant_transaction(conn, workspace_id):
+            for work in request.after_commit:
+                work()
     return response

@@ -1,5 +1,5 @@
 """Local JWTs: what API Gateway's JWT authorizer checks in AWS (signature, issuer,
-audience, expiry), done by the local API server with a key kept in `.tickwork/`."""
+audience, expiry), done by the local API server with a key kept in the data directory."""
 
 from __future__ import annotations
 
@@ -11,15 +11,17 @@ from typing import Any
 import jwt
 
 from tickwork.errors import AuthenticationError
+from tickwork.local.paths import data_dir, jwt_key_file
 
 ISSUER = "tickwork-local"
 AUDIENCE = "tickwork"
-KEY_FILE = Path(".tickwork") / "jwt-secret"
 ALGORITHM = "HS256"
 
 
 class LocalJwt:
-    def __init__(self, key_file: Path = KEY_FILE) -> None:
+    def __init__(self, key_file: Path | None = None) -> None:
+        if key_file is None:
+            key_file = jwt_key_file(data_dir())
         if not key_file.exists():
             key_file.parent.mkdir(parents=True, exist_ok=True)
             key_file.write_text(secrets.token_hex(32))
@@ -42,6 +44,11 @@ class LocalJwt:
                 token, self._key, algorithms=[ALGORITHM], audience=AUDIENCE, issuer=ISSUER,
                 options={"require": ["exp", "iss", "aud", "sub"]},
             )  # fmt: skip
+        except jwt.ExpiredSignatureError as exc:
+            raise AuthenticationError("the bearer token has expired; get a new one") from exc
         except jwt.PyJWTError as exc:
-            raise AuthenticationError(f"the token was refused: {exc}") from exc
+            # The library's words ("Invalid header padding") tell a caller nothing to do.
+            raise AuthenticationError(
+                "the bearer token is not a valid token of this API; get a new one"
+            ) from exc
         return claims

@@ -15,6 +15,7 @@ import httpx
 from tickwork import workspaces
 from tickwork.db import Connection
 from tickwork.local.auth import LocalJwt
+from tickwork.ops.text import clock, duration, lateness
 from tickwork.wallclock import utcnow
 
 DEMO_WORKSPACE = "Demo"
@@ -91,23 +92,28 @@ def fetch(client: ApiClient, ids: list[str]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: (row["publish_at"], row["id"]))
 
 
+LEGEND = (
+    "claimed: when a dispatcher took the action, against its due time (the arrival at the"
+    " receiver is printed by `make dev`, as 'late by'); times in UTC"
+)
+
+
 def render(rows: list[dict[str, Any]], now: datetime, *, countdown: bool = True) -> str:
-    lines = [f"{'action':<10}{'thing':<16}{'due (UTC)':<14}{'status':<11}{'fired':>9}  note"]
+    lines = [f"{'action':<10}{'thing':<16}{'due (UTC)':<14}{'status':<11}{'claimed':<16}note"]
     for row in rows:
         publish_at = datetime.fromisoformat(row["publish_at"])
-        due = publish_at.strftime("%H:%M:%S.%f")[:-4]
         if row["submitted_at"]:
-            late = datetime.fromisoformat(row["submitted_at"]) - publish_at
-            fired = f"{late.total_seconds() * 1000:+.0f}ms"
+            claimed_at = datetime.fromisoformat(row["submitted_at"])
+            claimed = lateness((claimed_at - publish_at).total_seconds())
         elif row["status"] == "queued" and countdown:
-            fired = f"in {max(0.0, (publish_at - now).total_seconds()):.0f}s"
+            claimed = f"due in {duration(max(0.0, (publish_at - now).total_seconds()))}"
         else:
-            fired = "-"
+            claimed = "-"
         moved = row["rescheduled_from"]
         note = f"rescheduled from {moved[:8]}" if moved else ""
         lines.append(
-            f"{row['id'][:8]:<10}{row['thing_id']!s:<16}{due:<14}{row['status']:<11}"
-            f"{fired:>9}  {note}"
+            f"{row['id'][:8]:<10}{row['thing_id']!s:<16}{clock(publish_at)[:11]:<14}"
+            f"{row['status']:<11}{claimed:<16}{note}"
         )
     return "\n".join(lines)
 

@@ -11,7 +11,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-DEV_DATA_DIR = Path(".tickwork") / "pgdata"
+from tickwork.local.paths import pgdata
+
 DEV_DATABASE = "tickwork"
 
 
@@ -60,10 +61,11 @@ def with_database(url: str, database: str) -> str:
     return urlunsplit(parts._replace(path="/" + database))
 
 
-def dev_database_url() -> tuple[str, EmbeddedPostgres | None]:
-    """DATABASE_URL if set, else the embedded dev server's `tickwork` database."""
+def dev_database_url(root: Path) -> tuple[str, EmbeddedPostgres | None]:
+    """DATABASE_URL if set, else the `tickwork` database of the embedded server whose data
+    is in `root/pgdata` (started if it is not running)."""
     configured = os.environ.get("DATABASE_URL")
     if configured:
         return configured, None
-    server = EmbeddedPostgres(DEV_DATA_DIR)
+    server = EmbeddedPostgres(pgdata(root))
     return server.ensure_database(DEV_DATABASE), server

@@ -7,11 +7,12 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tickwork.ops.text import clock, lateness
 from tickwork.providers.webhook import decode_secret, verify
 
 
@@ -21,6 +22,7 @@ class ReceivedWebhook:
     arrived_at: float
     verified: bool
     body: dict[str, Any]
+    refused: int | None = None  # the error status the receiver answered, if it did
 
     @property
     def lag_seconds(self) -> float | None:
@@ -41,6 +43,8 @@ class WebhookReceiver:
     ) -> None:
         self.secret = decode_secret(secret)
         self.deliveries: list[ReceivedWebhook] = []
+        # Webhooks already refused once for `"fail_once": true` in their payload.
+        self._failed_once: set[str] = set()
         self.on_delivery = on_delivery
         receiver = self
 
@@ -55,8 +59,11 @@ class WebhookReceiver:
                 except ValueError:
                     body = {}
                 delivery = ReceivedWebhook(headers.get("webhook-id", ""), arrived, verified, body)
+                status = receiver.answer(delivery)
+                if status != 204:
+                    delivery = replace(delivery, refused=status)
                 receiver.deliveries.append(delivery)
-                self.send_response(204 if verified else 401)
+                self.send_response(status)
                 self.end_headers()
                 if receiver.on_delivery is not None:
                     receiver.on_delivery(delivery)
@@ -71,6 +78,18 @@ class WebhookReceiver:
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
 
+    def answer(self, delivery: ReceivedWebhook) -> int:
+        """204, or 401 for a bad signature; a payload with `"fail_once": true` is refused
+        once with 400 (the provider records `provider_rejected`), to try a failure and a
+        retry locally."""
+        if not delivery.verified:
+            return 401
+        payload = delivery.body.get("data", {}).get("payload") or {}
+        if payload.get("fail_once") is True and delivery.message_id not in self._failed_once:
+            self._failed_once.add(delivery.message_id)
+            return 400
+        return 204
+
     def start(self) -> WebhookReceiver:
         self._thread.start()
         return self
@@ -81,13 +100,18 @@ class WebhookReceiver:
 
 
 def describe(delivery: ReceivedWebhook) -> str:
+    """One line per delivery, times in UTC; 'late by' is the arrival minus publish_at."""
     data = delivery.body.get("data", {})
     lag = delivery.lag_seconds
-    lag_text = f"{lag * 1000:+.0f} ms" if lag is not None else "?"
-    arrived = datetime.fromtimestamp(delivery.arrived_at).strftime("%H:%M:%S.%f")[:-3]
+    try:
+        due = clock(datetime.fromisoformat(data["publish_at"]))
+    except (KeyError, TypeError, ValueError):
+        due = "?"
     mark = "" if delivery.verified else "  (BAD SIGNATURE)"
+    if delivery.refused and delivery.verified:
+        mark = f"  answered {delivery.refused} (fail_once in the payload)"
     return (
-        f"{arrived}  webhook {data.get('id', '?')[:8]}  {data.get('target_key', '?')}"
-        f"  thing={data.get('thing_id') or '-'}  due {data.get('publish_at', '?')[11:23]}"
-        f"  arrived {lag_text}{mark}"
+        f"{clock(delivery.arrived_at)}  webhook {str(data.get('id', '?'))[:8]}"
+        f"  {data.get('target_key', '?')}  thing={data.get('thing_id') or '-'}  due {due}"
+        f"  arrived {lateness(lag) if lag is not None else '(no due time)'}{mark}"
     )

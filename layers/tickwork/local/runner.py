@@ -12,21 +12,24 @@
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
+import json
 import logging
 import os
 import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from tickwork import migrate, runtime
 from tickwork.config import ActionTypeConfig, Settings
-from tickwork.db import Database
+from tickwork.db import Database, local_api_login
 from tickwork.local import handlers
 from tickwork.local.api_server import ApiServer
 from tickwork.local.auth import LocalJwt
+from tickwork.local.errors import PortInUseError
 from tickwork.local.receiver import ReceivedWebhook, WebhookReceiver
 from tickwork.observability import logger
 from tickwork.providers import ProviderRegistry
@@ -38,6 +41,11 @@ log = logging.getLogger("tickwork.local")
 DEV_WEBHOOK_SECRET = (
     "whsec_" + base64.b64encode(hashlib.sha256(b"tickwork local development").digest()).decode()
 )
+
+# Routes of the local API server that only `tickwork dev` has (its in-process queues).
+LOCAL_ADMIN_PREFIX = "/local/"
+JSON = {"Content-Type": "application/json"}
+T = TypeVar("T")
 
 DISPATCHER_TIMEOUT_SECONDS = 60.0
 TICK_TIMEOUT_SECONDS = 60.0
@@ -70,6 +78,20 @@ def dev_action_types(receiver_url: str) -> dict[str, ActionTypeConfig]:
             options={"echo": True},
         ),
     }
+
+
+def bind_port(what: str, flag: str, port: int, make: Callable[[], T]) -> T:
+    """`make()`, which binds `port`; a busy port is named with the flag that changes it."""
+    try:
+        return make()
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise PortInUseError(
+            f"port {port} for {what} is already in use (is another `tickwork dev` running?);"
+            f" stop what holds it, or choose another port with {flag} PORT",
+            details={"port": port, "flag": flag},
+        ) from exc
 
 
 def sqs_record(message: Message, queue: InProcessQueue) -> dict[str, Any]:
@@ -116,9 +138,11 @@ class LocalRuntime:
         self.reconciler_interval = reconciler_interval
         self.batch_size = batch_size
         self.workers_per_type = workers_per_type
-        self.receiver = WebhookReceiver(
-            DEV_WEBHOOK_SECRET, port=receiver_port, on_delivery=on_delivery
-        )
+        self.receiver = bind_port(
+            "the webhook receiver", "--receiver-port", receiver_port,
+            lambda: WebhookReceiver(DEV_WEBHOOK_SECRET, port=receiver_port,
+                                    on_delivery=on_delivery),
+        )  # fmt: skip
         if not os.environ.get("TICKWORK_ACTION_TYPES"):
             settings = settings.model_copy(
                 update={"action_types": dev_action_types(self.receiver.url)}
@@ -134,7 +158,14 @@ class LocalRuntime:
             providers=ProviderRegistry(settings),
         )
         self.jwt = jwt or LocalJwt()
-        self.api = ApiServer(handlers.load("api"), self.jwt, port=api_port)
+        try:
+            self.api = bind_port(
+                "the HTTP API", "--api-port", api_port,
+                lambda: ApiServer(self._serve_api, self.jwt, port=api_port),
+            )  # fmt: skip
+        except PortInUseError:
+            self.receiver.server.server_close()
+            raise
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         # What each cron run returned, for tests and the benchmark.
@@ -146,8 +177,10 @@ class LocalRuntime:
     def start(self) -> LocalRuntime:
         quiet_powertools()
         migrate.migrate(self.database_url)
+        # The API logs in as its own role, as in AWS (row-level security it cannot leave).
+        self.runtime.api_db = Database(local_api_login(self.database_url))
         # Load the handlers before anything runs, as a warm Lambda would have them.
-        for name in ("tick", "dispatcher", "expander", "reconciler"):
+        for name in ("api", "tick", "dispatcher", "expander", "reconciler"):
             handlers.load(name)
         runtime.install(self.runtime)
         self.receiver.start()
@@ -171,12 +204,37 @@ class LocalRuntime:
         self.api.stop()
         runtime.install(None)
         self.runtime.db.close()
+        if self.runtime.api_db is not None:
+            self.runtime.api_db.close()
 
     def __enter__(self) -> LocalRuntime:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _serve_api(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        """The API handler, and under /local/ what only this process knows: its in-process
+        queues (for `tickwork status` and `tickwork redrive`). The server checked the token."""
+        path = str(event.get("rawPath", ""))
+        if not path.startswith(LOCAL_ADMIN_PREFIX):
+            return handlers.load("api")(event, context)
+        method = event["requestContext"]["http"]["method"]
+        only = (event.get("queryStringParameters") or {}).get("type")
+        queues = {
+            name: self.queues.queue(name)
+            for name in self.settings.action_types
+            if only is None or name == only
+        }
+        if method == "GET" and path == LOCAL_ADMIN_PREFIX + "queues":
+            body: dict[str, Any] = {name: q.depth() for name, q in queues.items()}
+        elif method == "POST" and path == LOCAL_ADMIN_PREFIX + "redrive":
+            body = {"moved": {name: q.redrive() for name, q in queues.items()}}
+        else:
+            body = {"error": {"code": "not_found", "message": f"no route {method} {path}",
+                              "details": {}}}  # fmt: skip
+            return {"statusCode": 404, "headers": JSON, "body": json.dumps(body)}
+        return {"statusCode": 200, "headers": JSON, "body": json.dumps(body)}
 
     def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -38,12 +37,12 @@ class LogProvider:
         with self._lock:
             self.deliveries.append(Delivery(action.id, called_at, action.due_at.timestamp()))
         if self.echo:
-            late_ms = (called_at - action.due_at.timestamp()) * 1000
-            clock = datetime.fromtimestamp(called_at).strftime("%H:%M:%S.%f")[:-3]
-            due = action.due_at.strftime("%H:%M:%S.%f")[:-3]
+            from tickwork.ops.text import clock, lateness
+
             print(
-                f"{clock}  {action.action_type} {str(action.id)[:8]}  {action.target_key}"
-                f"  thing={action.thing_id or '-'}  due {due}  sent {late_ms:+.0f} ms",
+                f"{clock(called_at)}  {action.action_type} {str(action.id)[:8]}"
+                f"  {action.target_key}  thing={action.thing_id or '-'}  due"
+                f" {clock(action.due_at)}  sent {lateness(called_at - action.due_at.timestamp())}",
                 flush=True,
             )
         elif not self.quiet:

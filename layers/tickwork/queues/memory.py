@@ -109,6 +109,34 @@ class InProcessQueue:
         with self._changed:
             return sum(1 for _, _, message in self._heap if not message.deleted)
 
+    def depth(self) -> dict[str, int]:
+        """Messages visible, delayed, in flight and dead, as SQS counts them."""
+        now = self.clock()
+        with self._changed:
+            live = [m for _, _, m in self._heap if not m.deleted]
+            visible = sum(1 for m in live if m.visible_at <= now)
+            in_flight = sum(1 for m in live if m.visible_at > now and m.receipt_handle)
+            return {
+                "visible": visible,
+                "delayed": len(live) - visible - in_flight,
+                "in_flight": in_flight,
+                "dead_letters": len(self.dead_letters),
+            }
+
+    def redrive(self) -> int:
+        """Move every dead letter back to the queue, visible now with a fresh receive count
+        (SQS's StartMessageMoveTask). Returns how many moved."""
+        with self._changed:
+            moved, self.dead_letters = self.dead_letters, []
+            now = self.clock()
+            for message in moved:
+                message.receive_count = 0
+                message.receipt_handle = ""
+                message.visible_at = now
+                heapq.heappush(self._heap, (now, next(self._order), message))
+            self._changed.notify_all()
+            return len(moved)
+
 
 class InProcessQueues:
     """The queue port over one in-process queue per action type, created on first use."""
@@ -125,6 +153,10 @@ class InProcessQueues:
                 queue = InProcessQueue(action_type, **self._queue_options)  # type: ignore[arg-type]
                 self._queues[action_type] = queue
             return queue
+
+    def all(self) -> dict[str, InProcessQueue]:
+        with self._lock:
+            return dict(self._queues)
 
     def send(self, action_type: str, messages: Sequence[OutgoingMessage]) -> list[UUID]:
         # SQS delays are whole seconds; here the delay is exact, so a message becomes

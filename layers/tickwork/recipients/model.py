@@ -89,7 +89,7 @@ def parse_quiet_hours(raw: Any, where: str = "quiet_hours") -> tuple[QuietWindow
         raise InputError(f"{where} must be a list of at most {MAX_WINDOWS} windows", field=where)
     windows = []
     for i, item in enumerate(raw):
-        here = f"{where}.{i}"
+        here = f"{where}[{i}]"
         if not isinstance(item, Mapping) or set(item) - {"days", "start", "end"}:
             raise InputError(
                 f'{here} must be {{"days": ["mon", ...], "start": "21:00", "end": "08:00"}}',

@@ -54,7 +54,7 @@ def parse_conditions(raw: Any, roots: frozenset[str], field: str = "conditions")
         raise InvalidConditionError(f"{field} must be a list of conditions", field=field)
     if len(raw) > MAX_CONDITIONS:
         raise InvalidConditionError(f"{field}: at most {MAX_CONDITIONS} conditions", field=field)
-    return [_parse_one(item, roots, f"{field}.{i}") for i, item in enumerate(raw)]
+    return [_parse_one(item, roots, f"{field}[{i}]") for i, item in enumerate(raw)]
 
 
 def _parse_one(item: Any, roots: frozenset[str], field: str) -> Condition:

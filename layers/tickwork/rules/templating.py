@@ -233,7 +233,7 @@ class JsonTemplate:
         if isinstance(value, Mapping):
             return {k: cls._compile(v, f"{field}.{k}", depth + 1) for k, v in value.items()}
         if isinstance(value, list):
-            return [cls._compile(v, f"{field}.{i}", depth + 1) for i, v in enumerate(value)]
+            return [cls._compile(v, f"{field}[{i}]", depth + 1) for i, v in enumerate(value)]
         return value
 
     def render(self, context: Mapping[str, Any]) -> Any:
@@ -247,7 +247,7 @@ class JsonTemplate:
         if isinstance(value, dict):
             return {k: cls._render(v, context, f"{field}.{k}") for k, v in value.items()}
         if isinstance(value, list):
-            return [cls._render(v, context, f"{field}.{i}") for i, v in enumerate(value)]
+            return [cls._render(v, context, f"{field}[{i}]") for i, v in enumerate(value)]
         return value
 
 

@@ -171,7 +171,7 @@ def _wait(raw: Any, where: str) -> Wait:
 
 
 def _step(raw: Any, index: int, settings: Settings) -> Step:
-    where = f"steps.{index}"
+    where = f"steps[{index}]"
     if not isinstance(raw, Mapping) or set(raw) - {"name", "wait", "action", "conditions"}:
         raise InputError(
             f"{where} must be an object with wait, action and optional conditions and name",

@@ -1,0 +1,1 @@
+"""Operating Tickwork from a shell: status, actions, dead-letter redrive (`tickwork ...`)."""

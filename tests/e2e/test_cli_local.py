@@ -1,0 +1,255 @@
+"""The operator commands against a running local runtime, as a user runs them: `tickwork
+actions`, `status` and `redrive` find `tickwork dev` through the data directory, answer with
+the API's rules, and say how to start it when it is not there."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tickwork import cli
+from tickwork.config import Settings
+from tickwork.local.auth import LocalJwt
+from tickwork.local.errors import PortInUseError
+from tickwork.local.paths import DevServer, data_dir, jwt_key_file
+from tickwork.local.runner import LocalRuntime
+from tickwork.queues.memory import Message
+
+
+@pytest.fixture
+def dev(database_url, monkeypatch) -> Iterator[LocalRuntime]:
+    """A local runtime recorded in the data directory, as `tickwork dev` records itself."""
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("TICKWORK_QUEUE_URLS", raising=False)
+    root = data_dir()
+    with LocalRuntime(database_url, Settings(), jwt=LocalJwt(jwt_key_file(root))) as local:
+        DevServer(os.getpid(), local.api.url, local.receiver.url, database_url, True, []).write(
+            root
+        )
+        yield local
+    DevServer.clear(root, os.getpid())
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = cli.main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_json(capsys, *args: str) -> Any:
+    code, out, err = run(capsys, *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def wait_for(capsys, action_id: str, status: str, timeout: float = 15) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = run_json(capsys, "actions", "show", action_id, "--workspace", "Acme")
+        if found["status"] == status or time.monotonic() > deadline:
+            return dict(found)
+        time.sleep(0.2)
+
+
+def test_actions_schedule_list_show_cancel_retry_with_the_apis_rules(dev, conn, capsys):
+    # Given a workspace and an admin made as the README says
+    assert (
+        run(
+            capsys,
+            "token",
+            "--workspace",
+            "Acme",
+            "--create",
+            "--admin",
+            "--timezone",
+            "America/New_York",
+        )[0]
+        == 0
+    )
+    acme = ["--workspace", "Acme"]
+    # When one action is scheduled 1 s ahead and one at a wall time New York skips
+    soon = run_json(
+        capsys,
+        "actions",
+        "schedule",
+        *acme,
+        "--type",
+        "webhook",
+        "--target",
+        "primary",
+        "--in",
+        "1s",
+        "--payload",
+        '{"text": "hi"}',
+    )
+    skipped = run_json(
+        capsys,
+        "actions",
+        "schedule",
+        *acme,
+        "--type",
+        "webhook",
+        "--target",
+        "primary",
+        "--thing",
+        "dst",
+        "--date",
+        "2027-03-14",
+        "--time",
+        "02:30",
+    )
+    # Then the API's answers come back, saying how the wall time was read
+    assert soon["resolved"] is None
+    assert skipped["resolved"]["rule"] == "skipped_moved_forward"
+    assert skipped["resolved"]["local"] == "2027-03-14T03:30:00-04:00"
+    assert "moved forward by the 1 h gap" in skipped["resolved"]["note"]
+    # And the first fires: published, found by the first 8 characters of its id
+    assert wait_for(capsys, soon["id"][:8], "published")["id"] == soon["id"]
+    # The calendar with no range says what it used: the next 31 days hold only the first
+    page = run_json(capsys, "actions", "list", *acme)
+    assert [a["id"] for a in page["items"]] == [soon["id"]]
+    assert set(page["range"]) == {"from", "to"}
+    page = run_json(capsys, "actions", "list", *acme, "--to", "2028-01-01T00:00:00Z")
+    assert [a["id"] for a in page["items"]] == [soon["id"], skipped["id"]]
+    code, out, _ = run(capsys, "actions", "list", *acme, "--status", "published")
+    assert code == 0
+    assert f"{soon['id'][:8]}  webhook" in out
+    assert skipped["id"][:8] not in out
+    # Cancel, twice (a no-op the second time), as the API does
+    for _ in range(2):
+        code, out, _ = run(capsys, "actions", "cancel", skipped["id"], *acme)
+        assert (code, out.strip()) == (0, f"{skipped['id']} is now cancelled")
+    # Retry: a failed one goes back to queued; a published one is refused with the API's words
+    conn.execute(
+        "update scheduled_actions set status = 'failed', error_code = 'provider_rejected',"
+        " finished_at = now() where id = %s",
+        (skipped["id"],),
+    )
+    code, out, _ = run(capsys, "actions", "retry", skipped["id"][:8], *acme)
+    assert (code, out.strip()) == (0, f"{skipped['id']} is now queued")
+    code, _, err = run(capsys, "actions", "retry", soon["id"], *acme)
+    assert code == 1
+    assert "HTTP 409 conflict: only failed actions can be retried; this one is published" in err
+
+
+def test_refusals_are_the_apis_code_and_message(dev, capsys):
+    assert run(capsys, "token", "--workspace", "Acme", "--create", "--admin")[0] == 0
+    body = {"action_type": "webhook", "target_key": "nowhere", "publish_at": "2030-01-01T00:00:00Z"}
+    token = LocalJwt(jwt_key_file(data_dir())).sign("local-user")
+    ws = run_json(capsys, "actions", "list", "--workspace", "Acme")  # resolves the name
+    assert ws["items"] == []
+    workspace_id = (
+        dev.runtime.db.connection()
+        .execute("select id from workspaces where name = 'Acme'")
+        .fetchone()[0]
+    )
+    direct = httpx.post(
+        f"{dev.api.url}/v1/actions",
+        json=body,
+        headers={"Authorization": f"Bearer {token}", "X-Workspace-Id": str(workspace_id)},
+    ).json()
+    code, out, err = run(
+        capsys,
+        "actions",
+        "schedule",
+        "--workspace",
+        "Acme",
+        "--type",
+        "webhook",
+        "--target",
+        "nowhere",
+        "--at",
+        "2030-01-01T00:00:00Z",
+        "--json",
+    )
+    assert code == 1
+    assert json.loads(out) == direct
+    assert f"HTTP 422 {direct['error']['code']}: {direct['error']['message']}" in err
+    # An id that is no action's
+    code, _, err = run(capsys, "actions", "show", "00000000", "--workspace", "Acme")
+    assert (code, "HTTP 404 not_found") == (1, err.split(":")[1].strip())
+
+
+def test_status_and_redrive_reach_the_dev_process_queues(dev, capsys):
+    # Given a dead letter in the running process's log queue
+    queue = dev.queues.queue("log")
+    body = json.dumps(
+        {
+            "id": "00000000-0000-0000-0000-000000000000",
+            "type": "log",
+            "due_at": "2026-01-01T00:00:00+00:00",
+        }
+    )
+    queue.dead_letters.append(Message("dead-1", body, 0.0, receive_count=5))
+    # When status is asked, it shows it, from the dev process
+    found = run_json(capsys, "status")
+    assert found["queues_from"] == f"in-process, tickwork dev pid {os.getpid()}"
+    assert found["queues"]["log"]["dead_letters"] == 1
+    assert found["dispatch"]["from"] == f"the running tickwork dev, pid {os.getpid()}"
+    # And redrive puts it back on its queue, where a dispatcher takes it (and drops it: no row)
+    moved = run_json(capsys, "redrive")
+    assert {r["action_type"]: r["moved"] for r in moved}["log"] == 1
+    assert queue.dead_letters == []
+    deadline = time.monotonic() + 5
+    while len(queue) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(queue) == 0
+    code, out, _ = run(capsys, "redrive")
+    assert code == 0
+    assert "log: 0 dead letter(s) back to the queue (in-process queue)" in out
+
+
+def test_without_a_dev_process_the_commands_say_how_to_start_it(capsys, monkeypatch):
+    monkeypatch.delenv("TICKWORK_QUEUE_URLS", raising=False)
+    for args in (["actions", "list", "--workspace", "Acme"], ["redrive"], ["demo"]):
+        code, _, err = run(capsys, *args)
+        assert code == 2, args
+        assert "no `tickwork dev` is running for data directory" in err
+        assert "start it with `make dev`" in err
+    # A record left by a process that died is called stale, with the same advice
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    DevServer(gone.pid, "http://127.0.0.1:9", "", "postgresql://x", True, []).write(data_dir())
+    code, _, err = run(capsys, "redrive")
+    assert code == 2
+    assert f"(pid {gone.pid}) is no longer running; start it with `make dev`" in err
+
+
+def busy_port() -> socket.socket:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    return holder
+
+
+@pytest.mark.parametrize(
+    ("flag", "what"), [("--api-port", "the HTTP API"), ("--receiver-port", "the webhook receiver")]
+)
+def test_a_busy_port_names_itself_and_its_flag(flag, what, database_url, capsys):
+    with busy_port() as holder:
+        port = holder.getsockname()[1]
+        options = {"--api-port": "0", "--receiver-port": "0", flag: str(port)}
+        args = ["dev", "--database-url", database_url, "--no-demo"]
+        code, _, err = run(capsys, *args, *[x for kv in options.items() for x in kv])
+        assert code == 2
+        assert f"port {port} for {what} is already in use" in err
+        assert f"choose another port with {flag} PORT" in err
+        assert "Traceback" not in err
+        with pytest.raises(PortInUseError):
+            LocalRuntime(database_url, Settings(), **{flag[2:].replace("-", "_"): port})
+
+
+def test_a_second_dev_on_the_same_data_dir_is_refused(database_url, capsys):
+    DevServer(os.getpid(), "http://127.0.0.1:8788", "", database_url, True, []).write(data_dir())
+    code, _, err = run(capsys, "dev", "--database-url", database_url)
+    assert code == 2
+    assert f"`tickwork dev` is already running for {data_dir()} (pid {os.getpid()}" in err

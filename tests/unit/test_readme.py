@@ -1,0 +1,61 @@
+"""The README tells the truth about the API's error codes and the command's options."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from http import HTTPStatus
+from pathlib import Path
+
+import tickwork.api  # noqa: F401  (imports every route, so every error class they raise)
+from tickwork import cli
+from tickwork.api.errors import status_of
+from tickwork.errors import TickworkError
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def _subclasses(cls: type[TickworkError]) -> list[type[TickworkError]]:
+    return [c for s in cls.__subclasses__() for c in (s, *_subclasses(s))]
+
+
+def api_error_codes() -> dict[str, int]:
+    """Every code the API answers with, and its status: the domain errors it maps, and the
+    ones its error layer writes itself."""
+    codes = {}
+    for cls in [TickworkError, *_subclasses(TickworkError)]:
+        status = status_of(cls.__new__(cls))
+        if status < 500:
+            codes[cls.code] = int(status)
+    for source in (ROOT / "layers/tickwork/api").glob("*.py"):
+        for name, code in re.findall(r'HTTPStatus\.([A-Z_]+),\s*"([a-z_]+)"', source.read_text()):
+            codes[code] = int(HTTPStatus[name])
+    return codes
+
+
+def readme_error_codes() -> dict[str, int]:
+    return {
+        code: int(status)
+        for code, status in re.findall(r"^\| `([a-z_]+)` \| (\d{3}) \|", README, re.MULTILINE)
+    }
+
+
+def test_the_readme_lists_every_error_code_the_api_returns_with_its_status():
+    assert readme_error_codes() == api_error_codes()
+
+
+def test_the_readme_documents_every_option_of_every_command():
+    missing = []
+    stack = [("tickwork", cli.build_parser())]
+    while stack:
+        name, parser = stack.pop()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend((f"{name} {sub}", p) for sub, p in action.choices.items())
+                continue
+            for option in action.option_strings:
+                quoted = re.compile(r"`[^`\n]*" + re.escape(option) + r"(?![\w-])[^`\n]*`")
+                if option.startswith("--") and option != "--help" and not quoted.search(README):
+                    missing.append(f"{name} {option}")
+    assert not missing, missing
