@@ -12,36 +12,16 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Api
+from tests.e2e.conftest import Api, running_api
 from tests.e2e.test_api import error_of, wait_for
-from tickwork import workspaces
 from tickwork.config import Settings
 from tickwork.db import connect
-from tickwork.local.auth import LocalJwt
-from tickwork.local.demo import ApiClient
-from tickwork.local.runner import LocalRuntime
 
 
 @pytest.fixture
 def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
-    jwt = LocalJwt(tmp_path / "jwt-secret")
-    with LocalRuntime(
-        database_url, Settings(), tick_interval=60, reconciler_interval=0.5, jwt=jwt
-    ) as local:
-        conn = local.runtime.db.connection()
-        a, _ = workspaces.ensure(conn, "Acme", timezone="America/New_York")
-        b, _ = workspaces.ensure(conn, "Globex")
-        workspaces.add_member(conn, a, "alice", "admin")
-        workspaces.add_member(conn, a, "mallory-member", "member")
-        workspaces.add_member(conn, b, "bob", "admin")
-        yield Api(
-            local,
-            ApiClient(local.api.url, jwt.sign("alice"), str(a)),
-            ApiClient(local.api.url, jwt.sign("mallory-member"), str(a)),
-            ApiClient(local.api.url, jwt.sign("bob"), str(b)),
-            str(a),
-            str(b),
-        )
+    with running_api(database_url, tmp_path, Settings(), reconciler_interval=0.5) as running:
+        yield running
 
 
 def step(text: str, **wait: Any) -> dict[str, Any]:
