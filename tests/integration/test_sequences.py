@@ -252,3 +252,26 @@ def test_a_step_moved_by_a_person_is_followed_not_skipped(conn, workspace, engin
     [change] = changes_of(conn, a.id)
     assert (change["kind"], change["new_action_id"]) == ("reschedule", moved.id)
     assert change["new_at"] == now + timedelta(hours=2)
+
+
+def test_two_clients_enrolling_the_same_recipient_at_once_make_one_enrollment(
+    database_url, conn, workspace, engine, now
+):
+    recipient(conn, engine, workspace)
+    drip = campaign(conn, engine, workspace, [sms_step("a"), sms_step("b")])
+    barrier = threading.Barrier(4)
+    results = []
+
+    def client() -> None:
+        with connect(database_url) as own:
+            barrier.wait()
+            results.append(enroll(own, workspace, drip, "ann", {}, engine.settings, now))
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.created for r in results) == [False, False, False, True]
+    assert len({r.enrollment.id for r in results}) == 1
+    assert conn.execute("select count(*) from scheduled_actions").fetchone() == (1,)
