@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install dev demo status reset test test-unit lint format bench fuzz build deploy layer-lock clean
+.PHONY: install dev demo status reset test test-unit lint format bench fuzz chaos build deploy layer-lock clean
 
 # A virtualenv with tickwork (editable) and the dev tools; redone when pyproject.toml changes.
 # pip prints a line per package it collects and installs, so the first run is not silent.
@@ -64,6 +64,12 @@ FUZZ_EXAMPLES ?= 60
 fuzz: $(STAMP)
 	TICKWORK_FUZZ_RANDOM=1 TICKWORK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
 		$(BIN)/pytest -s -q -p no:cacheprovider tests/e2e/test_api_fuzz.py
+
+# Fault injection (not a test): processes, duplicate deliveries, kill -9, a restart of its own
+# embedded Postgres, a hostile receiver; prints its figures. `tests/integration/test_chaos.py`
+# runs the small variant (`python -m tickwork.chaos --small`).
+chaos: $(STAMP)
+	$(BIN)/python -m tickwork.chaos
 
 # --- AWS --------------------------------------------------------------------------------
 # samconfig.toml (at the root) holds the region, capabilities and build options.

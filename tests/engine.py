@@ -30,6 +30,9 @@ class RecordingQueues:
             self.sent[action_type].extend(m for m in messages if m.action_id not in self.refuse)
         return failed
 
+    def change_visibility(self, action_type: str, changes: Sequence[Any]) -> int:
+        return 0
+
     def ids(self, action_type: str | None = None) -> list[UUID]:
         types = [action_type] if action_type else list(self.sent)
         return [m.action_id for t in types for m in self.sent[t]]

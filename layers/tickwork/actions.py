@@ -426,9 +426,12 @@ def claim(
     *,
     early_tolerance: float = 0.0,
     max_lateness: float | None = None,
+    reclaim_after: float | None = None,
 ) -> list[Action]:
     """queued → submitted for every id that is queued, due (allowing `early_tolerance` seconds
-    of clock skew) and not later than `max_lateness`; one statement for the batch."""
+    of clock skew) and not later than `max_lateness`; one statement for the batch. With
+    `reclaim_after`, also a row left `submitted` longer than that by a claimer that died
+    (only for providers that deduplicate: the call may be made a second time)."""
     if not ids:
         return []
     params = {
@@ -436,6 +439,7 @@ def claim(
         "action_type": action_type,
         "early_tolerance": early_tolerance,
         "max_lateness": max_lateness,
+        "reclaim_after": reclaim_after,
     }
     with conn.cursor(row_factory=class_row(Action)) as cur:
         claimed = cur.execute(_CLAIM, params).fetchall()
@@ -481,6 +485,17 @@ def reverted(action_id: UUID, next_attempt_at: datetime | None, message: str) ->
     )
 
 
+# Text a provider put in an outcome is stored bounded, and without the NUL characters
+# Postgres refuses, so one receiver's odd answer cannot make the batch's finalize fail.
+MAX_OUTCOME_TEXT = 2000
+
+
+def _outcome_text(value: str | None) -> str | None:
+    if value is None:
+        return None
+    return value.replace("\x00", "")[:MAX_OUTCOME_TEXT]
+
+
 def finalize(conn: Connection, outcomes: Sequence[Finalization]) -> dict[UUID, str]:
     """Apply outcomes to submitted rows in one statement; returns id → new status for the rows
     that were still submitted (a row recovered as stuck meanwhile is left as it is)."""
@@ -489,9 +504,9 @@ def finalize(conn: Connection, outcomes: Sequence[Finalization]) -> dict[UUID, s
     columns = {
         "ids": [o.action_id for o in outcomes],
         "statuses": [o.status for o in outcomes],
-        "provider_ids": [o.provider_id for o in outcomes],
+        "provider_ids": [_outcome_text(o.provider_id) for o in outcomes],
         "error_codes": [o.error_code for o in outcomes],
-        "last_errors": [o.last_error for o in outcomes],
+        "last_errors": [_outcome_text(o.last_error) for o in outcomes],
         "next_attempt_ats": [o.next_attempt_at for o in outcomes],
         "attempt_deltas": [o.attempt_delta for o in outcomes],
     }

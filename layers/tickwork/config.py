@@ -90,6 +90,9 @@ class Settings(BaseModel):
     max_attempts: int = Field(default=5, ge=1)
     backoff_base_seconds: float = Field(default=2.0, gt=0)
     backoff_cap_seconds: float = Field(default=900.0, gt=0)
+    # The longest Retry-After honoured (and at most the action type's max lateness): a
+    # receiver asking for more is tried again after this long.
+    max_retry_after_seconds: float = Field(default=86400.0, gt=0)
     provider_concurrency: int = Field(default=8, ge=1)
     provider_timeout_seconds: float = Field(default=10.0, gt=0)
     # A message may arrive up to this much before its row is due; the dispatcher waits it out.
@@ -97,6 +100,16 @@ class Settings(BaseModel):
     # How far the dispatcher's clock may run ahead of the database's without a row being
     # refused as not yet due.
     clock_skew_tolerance_seconds: float = Field(default=0.5, ge=0)
+    # A row left `submitted` this long was claimed by a dispatcher that died (more than the
+    # dispatcher's timeout): its redelivered message claims it again when the provider
+    # deduplicates (webhooks); otherwise it becomes failed/`stuck` after the stuck timeout.
+    reclaim_after_seconds: int = Field(default=120, gt=0)
+    # When the database is unreachable: how long a dispatcher waits for it before failing
+    # the batch, and how long the failed messages then stay hidden (base, doubled per
+    # receive, capped below the queue's visibility timeout) instead of the whole timeout.
+    database_wait_seconds: float = Field(default=5.0, ge=0)
+    retry_visibility_base_seconds: float = Field(default=5.0, ge=0)
+    retry_visibility_cap_seconds: float = Field(default=300.0, ge=0, le=43200)
 
     # Reconciler (schedule intents -> scheduled_actions).
     # Age gate: a row younger than this is never cancelled by the reconciler.

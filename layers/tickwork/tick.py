@@ -3,8 +3,11 @@
 It drains rather than sips: it marks due rows enqueued in batches (FOR UPDATE SKIP LOCKED,
 so concurrent ticks take disjoint rows), sends them with the whole seconds until they are
 due as the message delay, and loops until nothing is due within the look-ahead or its time
-budget is spent. A row whose send failed is un-marked for the next pass; a row whose
-message was lost is found again after the redelivery timeout.
+budget is spent. A pass marks and sends inside one transaction: the mark commits only after
+its messages were handed to the queue, so a tick that dies between the two leaves its rows
+unmarked (the rollback), and the worst a crash can cost is a duplicate message, which the
+dispatcher's conditional claim absorbs. A row whose send failed is un-marked before the
+commit; a row whose message was lost later is found again after the redelivery timeout.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ _MARK_DUE = query("mark_due_enqueued")
 _MARK_BY_ID = query("mark_enqueued_by_id")
 _UNMARK = query("unmark_enqueued")
 _RELEASE_LOST = query("release_lost_messages")
+_RELEASE_ALL = query("release_all_enqueued")
 _RECOVER_STUCK = query("recover_stuck")
 _EXPIRE_LATE = query("expire_late")
 
@@ -91,10 +95,12 @@ def mark_due(
     return [DueRow(*row) for row in rows]
 
 
-def unmark(conn: Connection, ids: Iterable[UUID]) -> None:
-    id_list = list(ids)
-    if id_list:
-        conn.execute(_UNMARK, {"ids": id_list})
+def unmark(conn: Connection, messages: Iterable[tuple[UUID, datetime]]) -> None:
+    """Hand rows back to the tick, each named with the due time its message carried: a row
+    due at another time now (backing off) has a newer message in flight and stays marked."""
+    pairs = list(messages)
+    if pairs:
+        conn.execute(_UNMARK, {"ids": [p[0] for p in pairs], "due_ats": [p[1] for p in pairs]})
 
 
 def send_rows(
@@ -113,7 +119,8 @@ def send_rows(
         not_sent = queues.send(action_type, messages)
         failed.extend(not_sent)
         sent[action_type] = len(messages) - len(not_sent)
-    unmark(conn, failed)
+    refused = set(failed)
+    unmark(conn, [(row.id, row.due_at) for row in rows if row.id in refused])
     return sent, failed
 
 
@@ -131,11 +138,13 @@ def enqueue_soon(
         return 0
     now = now or utcnow()
     horizon = now + timedelta(seconds=settings.lookahead_seconds)
-    marked = conn.execute(
-        _MARK_BY_ID,
-        {"ids": list(ids), "horizon": horizon, "action_types": active_action_types(settings)},
-    ).fetchall()
-    sent, _ = send_rows(conn, queues, [DueRow(*row) for row in marked], now)
+    # Mark and send in one transaction, as the tick does: a crash in between unmarks.
+    with conn.transaction():
+        marked = conn.execute(
+            _MARK_BY_ID,
+            {"ids": list(ids), "horizon": horizon, "action_types": active_action_types(settings)},
+        ).fetchall()
+        sent, _ = send_rows(conn, queues, [DueRow(*row) for row in marked], now)
     return sum(sent.values())
 
 
@@ -171,6 +180,13 @@ def release_lost(conn: Connection, settings: Settings) -> int:
     return len(rows)
 
 
+def release_enqueued(conn: Connection, action_types: Collection[str]) -> int:
+    """Every queued row of these types marked enqueued goes back to the tick: for a runtime
+    whose queue starts empty (the local one), the messages of its previous run are gone."""
+    rows = conn.execute(_RELEASE_ALL, {"action_types": list(action_types)}).fetchall()
+    return len(rows)
+
+
 def run_tick(
     conn: Connection,
     queues: QueuePort,
@@ -191,11 +207,14 @@ def run_tick(
     lookahead = timedelta(seconds=settings.lookahead_seconds)
     while time.monotonic() < deadline:
         now = clock()
-        rows = mark_due(conn, now + lookahead, settings.tick_batch_size, action_types)
-        if not rows:
-            break
+        # The row locks of the mark are held until the messages are sent: a dispatcher
+        # receiving one meanwhile waits for the commit, a concurrent tick skips the rows.
+        with conn.transaction():
+            rows = mark_due(conn, now + lookahead, settings.tick_batch_size, action_types)
+            if not rows:
+                break
+            sent, failed = send_rows(conn, queues, rows, now)
         summary.passes += 1
-        sent, failed = send_rows(conn, queues, rows, now)
         for action_type, count in sent.items():
             summary.enqueued[action_type] = summary.enqueued.get(action_type, 0) + count
         if failed:

@@ -127,7 +127,7 @@ def test_kill_switch_in_the_dispatcher_keeps_rows_queued(conn, workspace, runtim
 def test_database_unreachable_reports_every_message_as_failed(conn, workspace, runtime, now):
     [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
     broken = Runtime(
-        settings=runtime.settings,
+        settings=runtime.settings.model_copy(update={"database_wait_seconds": 0.3}),
         db=Database("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"),
         queues=runtime.queues,
         providers=runtime.providers,
@@ -194,6 +194,9 @@ class DoublingQueues:
     def send(self, action_type: str, messages: Any) -> list[Any]:
         self.inner.send(action_type, messages)
         return self.inner.send(action_type, messages)
+
+    def change_visibility(self, action_type: str, changes: Any) -> int:
+        return self.inner.change_visibility(action_type, changes)
 
 
 def test_exactly_once_under_contention(database_url, conn, workspace, runtime, now):

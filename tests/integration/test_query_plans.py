@@ -82,7 +82,13 @@ def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
     claim = plan_of(
         conn,
         query("claim_actions"),
-        {"ids": ids, "action_type": "webhook", "early_tolerance": 0.5, "max_lateness": None},
+        {
+            "ids": ids,
+            "action_type": "webhook",
+            "early_tolerance": 0.5,
+            "max_lateness": None,
+            "reclaim_after": 120,
+        },
     )
     finalize = plan_of(
         conn,

@@ -44,7 +44,7 @@ def engine(database_url: str) -> Iterator[Runtime]:
 def raw_claim(conn, action_id):
     """The claim statement alone, without its admission, for admitting at a chosen time."""
     params = {"ids": [action_id], "action_type": "sms", "early_tolerance": 1,
-              "max_lateness": None}  # fmt: skip
+              "max_lateness": None, "reclaim_after": None}  # fmt: skip
     with conn.cursor(row_factory=class_row(Action)) as cur:
         return cur.execute(query("claim_actions"), params).fetchall()
 

@@ -15,7 +15,7 @@ from moto import mock_aws
 from tests.engine import seed, statuses
 from tests.handlers import FakeLambdaContext, load_handler
 from tickwork import runtime as runtime_slot
-from tickwork.queues.port import OutgoingMessage
+from tickwork.queues.port import OutgoingMessage, VisibilityChange
 from tickwork.queues.sqs import SqsQueues
 from tickwork.runtime import Runtime
 from tickwork.tick import run_tick
@@ -67,6 +67,18 @@ def test_unknown_queue_or_refused_send_reports_every_id(sqs, now):
     messages = [OutgoingMessage.for_row(uuid4(), "webhook", now, now) for _ in range(3)]
     assert sorted(queues.send("webhook", messages)) == sorted(m.action_id for m in messages)
     assert len(queues.send("send_sms", messages)) == 3
+
+
+def test_a_failed_message_comes_back_after_its_shortened_visibility(sqs, now):
+    url = make_queue(sqs, "tickwork-webhook", VisibilityTimeout="360")
+    queues = SqsQueues({"webhook": url}, client=sqs)
+    queues.send("webhook", [OutgoingMessage.for_row(uuid4(), "webhook", now, now)])
+    [received] = receive_all(sqs, url)
+    assert receive_all(sqs, url) == []  # hidden for the queue's 360 s
+    changed = queues.change_visibility("webhook", [VisibilityChange(received["ReceiptHandle"], 0)])
+    assert changed == 1
+    assert [m["MessageId"] for m in receive_all(sqs, url)] == [received["MessageId"]]
+    assert queues.change_visibility("send_sms", [VisibilityChange("x", 0)]) == 0
 
 
 def test_redrive_moves_a_message_to_the_dlq_after_max_receive_count(sqs):

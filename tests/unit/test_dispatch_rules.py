@@ -8,7 +8,7 @@ from uuid import uuid4
 import pytest
 
 from tickwork.actions import Action
-from tickwork.config import Settings
+from tickwork.config import ActionTypeConfig, Settings
 from tickwork.dispatch import backoff_seconds, decide
 from tickwork.providers.base import Ambiguous, Delivered, NotSent, Rejected, Transient
 from tickwork.queues.port import OutgoingMessage, decode_body
@@ -95,3 +95,20 @@ def test_message_bodies_round_trip_and_foreign_ones_are_refused():
     bad_id = '{"id": "x", "type": "a", "due_at": "2026-01-01T00:00:00Z"}'
     for foreign in ["", "{}", bad_id, naive_due]:
         assert decode_body(foreign) is None
+
+
+@pytest.mark.parametrize("retry_after", [1e20, float("inf"), float("nan"), -5.0])
+def test_an_absurd_retry_after_neither_overflows_nor_parks_the_row(retry_after):
+    f = decide(action(), Transient("429", retry_after), True, SETTINGS, NOW)
+    assert f.status == "queued"
+    assert f.next_attempt_at is not None
+    assert f.next_attempt_at <= NOW + timedelta(seconds=SETTINGS.max_retry_after_seconds)
+
+
+def test_retry_after_is_honoured_up_to_the_types_max_lateness():
+    settings = SETTINGS.model_copy(
+        update={"action_types": {"webhook": ActionTypeConfig(provider="webhook",
+                                                             max_lateness_seconds=600)}}
+    )  # fmt: skip
+    f = decide(action(), Transient("429", 7200.0), True, settings, NOW)
+    assert f.next_attempt_at == NOW + timedelta(seconds=600)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tickwork.queues.memory import InProcessQueue
+from tickwork.queues.port import retry_visibility
 
 
 class Clock:
@@ -73,3 +76,24 @@ def test_receive_waits_for_a_message_sent_meanwhile():
     [message] = queue.receive(10, wait_seconds=2)
     assert message.body == "late"
     assert time.monotonic() - started < 1.0
+
+
+def test_a_changed_visibility_brings_a_message_back_sooner():
+    queue, clock = make(visibility_timeout=300)
+    queue.send("a")
+    [message] = queue.receive()
+    assert queue.change_visibility(message.receipt_handle, 2)
+    clock.now += 1
+    assert queue.receive() == []
+    clock.now += 1.5
+    [again] = queue.receive()
+    assert (again.message_id, again.receive_count) == (message.message_id, 2)
+    assert len(queue) == 1
+    queue.delete([again.receipt_handle])
+    assert not queue.change_visibility(again.receipt_handle, 0)
+    assert len(queue) == 0
+
+
+@pytest.mark.parametrize(("count", "seconds"), [(1, 5), (2, 10), (4, 40), (9, 300), (500, 300)])
+def test_retry_visibility_doubles_per_receive_up_to_its_cap(count, seconds):
+    assert retry_visibility(count, 5, 300) == seconds

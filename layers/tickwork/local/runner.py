@@ -23,9 +23,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from tickwork import migrate, runtime
+from tickwork import migrate, runtime, tick
 from tickwork.config import ActionTypeConfig, Settings
-from tickwork.db import Database, local_api_login
+from tickwork.db import Database, connect, local_api_login
 from tickwork.local import handlers
 from tickwork.local.api_server import ApiServer
 from tickwork.local.auth import LocalJwt
@@ -183,6 +183,12 @@ class LocalRuntime:
         for name in ("api", "tick", "dispatcher", "expander", "reconciler"):
             handlers.load(name)
         runtime.install(self.runtime)
+        # The in-process queue starts empty: rows a previous run had enqueued are released
+        # now, not after the redelivery timeout.
+        with connect(self.database_url) as conn:
+            released = tick.release_enqueued(conn, list(self.settings.action_types))
+        if released:
+            log.warning("released %d rows enqueued by a previous run", released)
         self.receiver.start()
         self.api.start()
         self._spawn("tick", self._cron, "tick", self.tick_interval, TICK_TIMEOUT_SECONDS,

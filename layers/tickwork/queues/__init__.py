@@ -1,5 +1,5 @@
 """The queue port and its adapters: SQS in AWS, an in-process queue locally."""
 
-from tickwork.queues.port import OutgoingMessage, QueuePort, decode_body
+from tickwork.queues.port import OutgoingMessage, QueuePort, VisibilityChange, decode_body
 
-__all__ = ["OutgoingMessage", "QueuePort", "decode_body"]
+__all__ = ["OutgoingMessage", "QueuePort", "VisibilityChange", "decode_body"]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from tickwork.queues.port import OutgoingMessage
+from tickwork.queues.port import OutgoingMessage, VisibilityChange
 
 
 @dataclass
@@ -84,9 +84,9 @@ class InProcessQueue:
         now = self.clock()
         batch: list[Message] = []
         while self._heap and len(batch) < max_messages and self._heap[0][0] <= now:
-            _, _, message = heapq.heappop(self._heap)
-            if message.deleted:
-                continue
+            visible_at, _, message = heapq.heappop(self._heap)
+            if message.deleted or visible_at != message.visible_at:
+                continue  # deleted, or superseded by a visibility change
             if message.receive_count >= self.max_receive_count:
                 self.dead_letters.append(message)
                 continue
@@ -105,9 +105,25 @@ class InProcessQueue:
                 if message is not None:
                     message.deleted = True
 
+    def change_visibility(self, receipt_handle: str, seconds: float) -> bool:
+        """Make an in-flight message visible `seconds` from now; False for a stale handle."""
+        with self._changed:
+            message = self._inflight.get(receipt_handle)
+            if message is None or message.deleted:
+                return False
+            message.visible_at = self.clock() + max(0.0, seconds)
+            # The old heap entry stays; `_take` skips entries whose time is not the message's.
+            heapq.heappush(self._heap, (message.visible_at, next(self._order), message))
+            self._changed.notify_all()
+            return True
+
     def __len__(self) -> int:
         with self._changed:
-            return sum(1 for _, _, message in self._heap if not message.deleted)
+            return sum(
+                1
+                for at, _, message in self._heap
+                if not message.deleted and at == message.visible_at
+            )
 
     def depth(self) -> dict[str, int]:
         """Messages visible, delayed, in flight and dead, as SQS counts them."""
@@ -165,3 +181,7 @@ class InProcessQueues:
         now = queue.clock()
         queue.send_many([(m.body(), m.due_at.timestamp() - now) for m in messages])
         return []
+
+    def change_visibility(self, action_type: str, changes: Sequence[VisibilityChange]) -> int:
+        queue = self.queue(action_type)
+        return sum(queue.change_visibility(c.receipt_handle, c.seconds) for c in changes)

@@ -56,7 +56,27 @@ def decode_body(body: str) -> DecodedBody | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class VisibilityChange:
+    """Make a received message visible again after `seconds` (SQS ChangeMessageVisibility)."""
+
+    receipt_handle: str
+    seconds: int
+
+
+def retry_visibility(receive_count: int, base: float, cap: float) -> int:
+    """How long a message that failed on infrastructure stays hidden before its next try:
+    base, doubled per receive, at most `cap` (the queue's own visibility timeout)."""
+    exponent = min(max(0, receive_count - 1), 20)
+    return int(min(cap, base * 2.0**exponent))
+
+
 class QueuePort(Protocol):
     def send(self, action_type: str, messages: Sequence[OutgoingMessage]) -> list[UUID]:
         """Send to the queue of `action_type`; returns the action ids that were NOT sent."""
+        ...
+
+    def change_visibility(self, action_type: str, changes: Sequence[VisibilityChange]) -> int:
+        """Shorten (or lengthen) the visibility of received messages of `action_type`'s
+        queue; returns how many changes the queue accepted."""
         ...

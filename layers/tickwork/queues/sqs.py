@@ -1,4 +1,5 @@
-"""The queue port over Amazon SQS: SendMessageBatch, ten entries a call, calls in parallel."""
+"""The queue port over Amazon SQS: SendMessageBatch, ten entries a call, calls in parallel;
+ChangeMessageVisibilityBatch for messages to be tried again sooner than the queue's timeout."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from uuid import UUID
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tickwork.observability import logger
-from tickwork.queues.port import OutgoingMessage
+from tickwork.queues.port import OutgoingMessage, VisibilityChange
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -56,3 +57,25 @@ class SqsQueues:
         if failed:
             logger.warning("SendMessageBatch partly failed", extra={"failed": failed})
         return [UUID(entry["Id"]) for entry in failed]
+
+    def change_visibility(self, action_type: str, changes: Sequence[VisibilityChange]) -> int:
+        url = self.queue_urls.get(action_type)
+        if url is None or not changes:
+            return 0
+        accepted = 0
+        for start in range(0, len(changes), BATCH_LIMIT):
+            chunk = changes[start : start + BATCH_LIMIT]
+            entries: list[Any] = [
+                {"Id": str(i), "ReceiptHandle": c.receipt_handle, "VisibilityTimeout": c.seconds}
+                for i, c in enumerate(chunk)
+            ]
+            try:
+                response = self.client.change_message_visibility_batch(
+                    QueueUrl=url, Entries=entries
+                )
+            except (ClientError, BotoCoreError) as exc:
+                # The message then comes back after the queue's own visibility timeout.
+                logger.warning("ChangeMessageVisibilityBatch failed", extra={"error": str(exc)})
+                continue
+            accepted += len(response.get("Successful", []))
+        return accepted

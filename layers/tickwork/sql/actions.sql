@@ -60,12 +60,18 @@ where a.id = %(id)s and a.workspace_id = %(workspace_id)s
 -- name: claim_actions
 -- queued -> submitted for a whole batch, in one statement. Ids not returned were not
 -- claimable: cancelled, already claimed elsewhere, finished, not yet due, or too late.
+-- With reclaim_after (providers that deduplicate only), submitted -> submitted for a row
+-- claimed longer ago than any dispatcher lives: its claimer died, and its message came back.
 update scheduled_actions
 set status = 'submitted', submitted_at = now(), attempt_count = attempt_count + 1
 where id = any(%(ids)s::uuid[])
   and action_type = %(action_type)s
-  and status = 'queued'
-  and coalesce(next_attempt_at, publish_at) <= now() + make_interval(secs => %(early_tolerance)s)
+  and (status = 'queued'
+       and coalesce(next_attempt_at, publish_at)
+           <= now() + make_interval(secs => %(early_tolerance)s)
+       or status = 'submitted'
+       and %(reclaim_after)s::float8 is not null
+       and submitted_at < now() - make_interval(secs => %(reclaim_after)s))
   and (%(max_lateness)s::float8 is null
        or coalesce(next_attempt_at, publish_at) >= now() - make_interval(secs => %(max_lateness)s))
 returning *

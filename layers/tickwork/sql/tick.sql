@@ -37,9 +37,23 @@ returning id, action_type, coalesce(next_attempt_at, publish_at) as due_at
 
 -- name: unmark_enqueued
 -- A queued row whose message was not sent, or could not be acted on, goes back to the tick.
+-- Only the message for the row's current due time may do so: a stale duplicate (a message
+-- for an earlier attempt) leaves alone the row whose live message is still on its way.
+update scheduled_actions a
+set enqueued_at = null
+from unnest(%(ids)s::uuid[], %(due_ats)s::timestamptz[]) as m(id, due_at)
+where a.id = m.id
+  and a.status = 'queued'
+  and a.enqueued_at is not null
+  and coalesce(a.next_attempt_at, a.publish_at) = m.due_at
+
+-- name: release_all_enqueued
+-- A local runtime starting with an empty in-process queue: every message it had was lost.
 update scheduled_actions
 set enqueued_at = null
-where id = any(%(ids)s::uuid[]) and status = 'queued' and enqueued_at is not null
+where status = 'queued' and enqueued_at is not null
+  and action_type = any(%(action_types)s::text[])
+returning id
 
 -- name: release_lost_messages
 -- Queued rows handed to a queue so long ago that their message must have been lost.
@@ -50,11 +64,14 @@ where status = 'queued'
 returning id
 
 -- name: recover_stuck
--- Zombies: claimed by a dispatcher that never recorded an outcome (crashed, timed out).
+-- Zombies: claimed by a dispatcher that never recorded an outcome (it died, timed out, or
+-- the database stayed down past its retries: then it logged an `outcome unwritten` line).
 -- The provider may have been called, so the row fails as `stuck` instead of firing again.
 update scheduled_actions
 set status = 'failed', error_code = 'stuck', finished_at = now(),
-    last_error = 'no outcome recorded within ' || %(stuck_timeout)s || ' s of the claim'
+    last_error = 'no outcome recorded within ' || %(stuck_timeout)s || ' s of the claim;'
+        || ' the provider may have been called: look for an ''outcome unwritten'' log line'
+        || ' with this action id before retrying'
 where status = 'submitted'
   and finished_at is null
   and submitted_at < now() - make_interval(secs => %(stuck_timeout)s)
