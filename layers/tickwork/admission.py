@@ -44,6 +44,7 @@ from tickwork.recipients.model import (
     quiet_end,
     recipient_from_row,
 )
+from tickwork.sequences.fire import check_steps
 from tickwork.sql import query
 from tickwork.wallclock import utcnow
 
@@ -90,8 +91,6 @@ def admit(conn: Connection, claimed: Sequence[Action], now: datetime | None = No
 
 
 def _admit(conn: Connection, claimed: Sequence[Action], now: datetime) -> list[Action]:
-    from tickwork.sequences.fire import check_steps
-
     refused: dict[UUID, _Defer | _Cancel] = {}
     policies: dict[UUID, str] = {}
     steps = [a for a in claimed if a.source == "sequence"]

@@ -2,19 +2,40 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 
 from tickwork.actions import Action
 from tickwork.wallclock import local_rendering, to_utc
 
+_RFC3339_START = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _rfc3339_text(value: Any) -> Any:
+    """Refuse what pydantic would read as a Unix timestamp (`0.5`, `1700000000`)."""
+    if isinstance(value, str) and not _RFC3339_START.match(value):
+        raise ValueError("must be RFC 3339 with an offset, e.g. 2026-05-20T09:00:00Z")
+    if isinstance(value, int | float):
+        raise ValueError("must be RFC 3339 with an offset, e.g. 2026-05-20T09:00:00Z")
+    return value
+
+
 # An RFC 3339 instant with an offset, in UTC once validated; one whose UTC form falls
 # outside the years 1-9999 (0001-01-01T00:00:00+01:00) is a 422, not an overflow.
-Instant = Annotated[AwareDatetime, AfterValidator(to_utc)]
+Instant = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text), AfterValidator(to_utc)]
 
 Status = Literal["queued", "submitted", "published", "failed", "cancelled"]
 

@@ -10,10 +10,10 @@ from typing import Any, Literal
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import BaseModel, Field
 
 from tickwork.actions import Action
-from tickwork.api.models import ActionOut, Strict
+from tickwork.api.models import ActionOut, Instant, Strict
 from tickwork.api.rules_models import ActionTemplateIn, ConditionIn
 from tickwork.changes import Change
 from tickwork.forecast import Bucket
@@ -146,7 +146,7 @@ class CampaignPage(BaseModel):
 class EnrollIn(Strict):
     recipient_id: str = Field(min_length=1, max_length=200)
     data: dict[str, Any] = Field(default_factory=dict)
-    starts_at: AwareDatetime | None = Field(
+    starts_at: Instant | None = Field(
         default=None, description="when day 0 begins (default now), RFC 3339"
     )
 

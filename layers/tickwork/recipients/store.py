@@ -7,6 +7,7 @@ from datetime import date
 from typing import Any
 from uuid import UUID
 
+import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
@@ -103,8 +104,6 @@ def list_recipients(
 
 
 def delete_recipient(conn: Connection, workspace_id: UUID, recipient_id: str) -> None:
-    import psycopg
-
     try:
         with conn.transaction():
             row = conn.execute(

@@ -61,6 +61,7 @@ _LIST_CAMPAIGNS = query("list_campaigns")
 _INSERT_ENROLLMENT = query("insert_enrollment")
 _GET_ENROLLMENT_OF = query("get_enrollment_of")
 _GET_ENROLLMENT = query("get_enrollment")
+_GET_ENROLLMENT_BY_ID = query("get_enrollment_by_id")
 _LIST_ENROLLMENTS = query("list_enrollments")
 _SET_STEP_ACTION = query("set_step_action")
 _INSERT_LEDGER = query("insert_enrollment_action")
@@ -248,9 +249,7 @@ def _make_step(
 def _load(conn: Connection, workspace_id: UUID | None, enrollment_id: UUID) -> Enrollment | None:
     with conn.cursor(row_factory=dict_row) as cur:
         if workspace_id is None:
-            row = cur.execute(
-                "select * from enrollments where id = %s", (enrollment_id,)
-            ).fetchone()
+            row = cur.execute(_GET_ENROLLMENT_BY_ID, {"id": enrollment_id}).fetchone()
         else:
             row = cur.execute(
                 _GET_ENROLLMENT, {"id": enrollment_id, "workspace_id": workspace_id}

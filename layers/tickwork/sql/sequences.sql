@@ -31,6 +31,10 @@ where workspace_id = %(workspace_id)s and campaign_id = %(campaign_id)s
 -- name: get_enrollment
 select * from enrollments where id = %(id)s and workspace_id = %(workspace_id)s
 
+-- name: get_enrollment_by_id
+-- The advance pass (a worker: every workspace).
+select * from enrollments where id = %(id)s
+
 -- name: list_enrollments
 select * from enrollments
 where workspace_id = %(workspace_id)s and campaign_id = %(campaign_id)s
