@@ -85,6 +85,7 @@ class Action:
     recurring_schedule_id: UUID | None
     created_at: datetime
     updated_at: datetime
+    connection_id: UUID | None = None  # the workspace connection it is sent through
     recipient_id: str | None = None
     transactional: bool = False
     original_publish_at: datetime | None = None
@@ -111,6 +112,7 @@ class NewAction:
     created_by: str | None = None
     rescheduled_from: UUID | None = None
     recurring_schedule_id: UUID | None = None
+    connection_id: UUID | None = None
     # A message to a recipient: their quiet hours and caps apply unless transactional.
     recipient_id: str | None = None
     transactional: bool = False
@@ -199,6 +201,9 @@ def validate(new: NewAction, settings: Settings, now: datetime) -> NewAction:
             " days ahead",
             field="publish_at",
         )
+    from tickwork.providers.catalog import check_payload
+
+    check_payload(action_type.provider, new.payload, has_connection=new.connection_id is not None)
     if new.publish_at is publish_at:
         return new
     return NewAction(**{**_fields(new), "publish_at": publish_at})
@@ -266,7 +271,15 @@ def schedule(
     conn: Connection, workspace_id: UUID, new: NewAction, settings: Settings, now: datetime
 ) -> Scheduled:
     """Insert a queued action after validating it. Same dedupe key → the first row."""
-    return _insert(conn, workspace_id, validate(new, settings, now))
+    checked = validate(new, settings, now)
+    if checked.connection_id is not None:
+        from tickwork import connections
+        from tickwork.providers.catalog import check_payload_for
+
+        provider = settings.action_types[checked.action_type].provider
+        found = connections.require_usable(conn, workspace_id, checked.connection_id, provider)
+        check_payload_for(provider, checked.payload, found.settings)
+    return _insert(conn, workspace_id, checked)
 
 
 def schedule_once(
@@ -310,6 +323,7 @@ def same_request(existing: Action, new: NewAction) -> bool:
         # quiet hours may have moved the first row: it was asked for at its original time
         and (existing.original_publish_at or existing.publish_at) == require_aware(new.publish_at)
         and existing.recipient_id == new.recipient_id
+        and existing.connection_id == new.connection_id
     )
 
 
@@ -412,6 +426,7 @@ def reschedule(
             created_by=created_by or old.created_by,
             rescheduled_from=old.id,
             recurring_schedule_id=old.recurring_schedule_id,
+            connection_id=old.connection_id,
             recipient_id=old.recipient_id,
             transactional=old.transactional,
         )

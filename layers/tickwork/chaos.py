@@ -242,12 +242,12 @@ class _KillingProvider:
         self.rng = rng
         self.lock = threading.Lock()
 
-    def send(self, action: Any) -> Any:
+    def send(self, action: Any, via: Any = None) -> Any:
         with self.lock:
             roll = self.rng.random()
         if roll < self.plan.kill_before_call:
             _kill(self.kill_log, "dispatcher_before_call", str(action.id))
-        outcome = self.inner.send(action)
+        outcome = self.inner.send(action, via)
         if roll > 1 - self.plan.kill_after_call:
             _kill(self.kill_log, "dispatcher_after_call", str(action.id))
         return outcome
@@ -490,6 +490,8 @@ def _settings_for(plan: ChaosPlan, url: str, receiver_url: str) -> Any:
         database_wait_seconds=3.0,
         retry_visibility_base_seconds=1.0,
         retry_visibility_cap_seconds=plan.visibility_timeout,
+        # The hostile receiver is this machine's own.
+        outbound_allowed_networks=frozenset({"127.0.0.0/8"}),
     )  # fmt: skip
 
 

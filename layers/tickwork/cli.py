@@ -113,7 +113,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     from tickwork.config import Settings
-    from tickwork.local.demo import demo_client, seed_demo
+    from tickwork.connections.secrets import FileSecretStore
+    from tickwork.local import sandbox
+    from tickwork.local.demo import demo_client, seed_demo, seed_provider_demo
     from tickwork.local.receiver import describe
     from tickwork.local.runner import LocalRuntime
 
@@ -138,6 +140,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
         api_port=args.api_port,
         jwt=_jwt(args),
         on_delivery=lambda delivery: print(describe(delivery), flush=True),
+        on_arrival=lambda arrival: print(sandbox.describe(arrival), flush=True),
+        # Connections' credentials, kept in the data directory (readable by its owner only).
+        secrets=FileSecretStore(root / "secrets.json"),
     )
     local.start()
     DevServer(
@@ -166,6 +171,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 f"scheduled {len(plan.ids) - 1} demo webhooks through the API (one cancelled,"
                 " one rescheduled); they arrive below. `make demo` in another terminal"
                 " schedules more."
+            )
+            seed_provider_demo(client, local.sandbox.url)
+            print(
+                "scheduled an email, an SMS, a Slack message and a Mastodon post through the"
+                " Demo workspace's connections; the provider sandbox at"
+                f" {local.sandbox.url} prints them as they arrive."
             )
         print("Ctrl-C stops.", flush=True)
         stopped = threading.Event()

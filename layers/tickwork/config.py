@@ -94,7 +94,19 @@ class Settings(BaseModel):
     # receiver asking for more is tried again after this long.
     max_retry_after_seconds: float = Field(default=86400.0, gt=0)
     provider_concurrency: int = Field(default=8, ge=1)
+    # A provider call's total deadline (connect, send, answer), not a per-read timeout.
     provider_timeout_seconds: float = Field(default=10.0, gt=0)
+    # At most this much of a provider's answer is read.
+    provider_max_response_bytes: int = Field(default=65536, ge=1024)
+    # Networks (CIDR, comma-separated) calls may reach although not public: the local
+    # runtime's receiver, fake servers. Everything else private, loopback, link-local or
+    # metadata is refused.
+    outbound_allowed_networks: frozenset[str] = frozenset()
+
+    # Connections' credentials: one Secrets Manager secret each, named under this prefix
+    # (the stack name), read through a cache kept at most this long.
+    secrets_prefix: str = Field(default="tickwork", min_length=1, max_length=200)
+    secret_max_age_seconds: int = Field(default=60, ge=0, le=3600)
     # A message may arrive up to this much before its row is due; the dispatcher waits it out.
     max_early_wait_seconds: float = Field(default=1.5, ge=0)
     # How far the dispatcher's clock may run ahead of the database's without a row being
@@ -157,7 +169,7 @@ class Settings(BaseModel):
             )
         return value
 
-    @field_validator("paused_action_types", mode="before")
+    @field_validator("paused_action_types", "outbound_allowed_networks", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):

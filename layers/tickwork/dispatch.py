@@ -38,7 +38,7 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tickwork import actions
+from tickwork import actions, connections
 from tickwork.actions import Action, Finalization
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.observability import emit, logger, metrics, metrics_enabled
@@ -50,6 +50,7 @@ from tickwork.providers.base import (
     Provider,
     ProviderError,
     Rejected,
+    Via,
 )
 from tickwork.queues.port import DecodedBody, VisibilityChange, decode_body, retry_visibility
 from tickwork.runtime import Runtime
@@ -353,12 +354,14 @@ class Dispatcher:
                             pending = []
                             continue
                         summary.claimed += len(claimed)
+                        vias = self._connections(claimed, config.provider)
                         for action in claimed:
                             outstanding += 1
+                            call = (completions, provider, action, deadline, vias.get(action.id))
                             if pool is not None:
-                                pool.submit(self._call, completions, provider, action, deadline)
+                                pool.submit(self._call, *call)
                             else:
-                                self._call(completions, provider, action, deadline)
+                                self._call(*call)
                         continue
                 done = self._collect(completions, outstanding, wait)
                 outstanding -= len(done)
@@ -437,12 +440,35 @@ class Dispatcher:
             self.sleep(delay)
             delay = min(delay * 2, 1.0)
 
+    def _connections(self, claimed: list[Action], provider: str) -> dict[UUID, Via | Outcome]:
+        """For rows that name a connection: what to send through, or why not to send. One
+        statement per wave, and none when no row names a connection."""
+        named = [action for action in claimed if action.connection_id is not None]
+        if not named:
+            return {}
+        ids = [action.connection_id for action in named if action.connection_id is not None]
+        try:
+            found = connections.load(self.runtime.db.connection(), ids)
+        except INFRASTRUCTURE_ERRORS:
+            # The rows are claimed: hand them back unsent rather than strand them.
+            logger.exception("connections could not be read; the rows go back unsent")
+            return {a.id: NotSent("the connection could not be read") for a in named}
+        resolved: dict[UUID, Via | Outcome] = {}
+        for action in named:
+            assert action.connection_id is not None
+            resolved[action.id] = connections.via_for(
+                action.workspace_id, action.connection_id, found.get(action.connection_id),
+                provider, self.runtime.secrets,
+            )  # fmt: skip
+        return resolved
+
     def _call(
         self,
         completions: queue.SimpleQueue[_Completed],
         provider: Provider,
         action: Action,
         deadline: float | None,
+        via: Via | Outcome | None = None,
     ) -> None:
         called_at = time.time()
         outcome: Outcome = NotSent("the call was not made")
@@ -450,11 +476,15 @@ class Dispatcher:
             if deadline is not None and time.monotonic() > deadline:
                 outcome = NotSent("out of time before the provider call")
                 return
-            outcome = provider.send(action)
+            if via is not None and not isinstance(via, Via):
+                outcome = via  # the connection is gone or unreadable: nothing is sent
+                return
+            outcome = provider.send(action) if via is None else provider.send(action, via)
         except Exception as exc:
-            # A provider bug: we cannot know whether anything left.
+            # A provider bug: we cannot know whether anything left. The exception's text
+            # may hold what the provider was given: it goes to the operator's log only.
             logger.exception("provider raised", extra={"action_id": str(action.id)})
-            outcome = Ambiguous(f"provider raised {type(exc).__name__}: {exc}")
+            outcome = Ambiguous(f"provider raised {type(exc).__name__}")
         finally:
             completions.put(_Completed(action, outcome, called_at))
 

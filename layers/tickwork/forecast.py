@@ -1,4 +1,5 @@
-"""The forecast: queued actions due per action type and hour over the next hours, against
+"""The forecast: queued actions due per action type, connection (when the action names one)
+and hour over the next hours, against
 the action type's hourly quota where one is configured (`quota_per_hour`), so tomorrow's
 09:00 spike is seen before it happens."""
 
@@ -19,6 +20,7 @@ MAX_HOURS = 24 * 14
 @dataclass(frozen=True)
 class Bucket:
     action_type: str
+    connection_id: UUID | None
     hour: datetime
     due: int
     quota_per_hour: int | None
@@ -36,8 +38,8 @@ def forecast(
         _FORECAST, {"workspace_id": workspace_id, "now": now, "until": until}
     ).fetchall()
     buckets = []
-    for action_type, hour, due in rows:
+    for action_type, connection_id, hour, due in rows:
         config = settings.action_type(action_type)
         quota = config.quota_per_hour if config is not None else None
-        buckets.append(Bucket(action_type, hour, int(due), quota))
+        buckets.append(Bucket(action_type, connection_id, hour, int(due), quota))
     return buckets

@@ -123,6 +123,7 @@ class Schedule:
     skipped_occurrences: int
     created_at: datetime
     updated_at: datetime
+    connection_id: UUID | None = None  # the workspace connection its occurrences send through
 
     @property
     def recurrence(self) -> Recurrence:
@@ -160,6 +161,7 @@ class NewSchedule:
     catch_up_window_seconds: int | None = None  # default: settings.recurring_catch_up_seconds
     max_failures_before_pause: int | None = None  # default: settings.recurring_max_failures
     created_by: str | None = None
+    connection_id: UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -235,7 +237,13 @@ def _check_policy(catch_up: int, max_failures: int) -> None:
         )
 
 
-def _validate(action_type: str, definition: _Definition, settings: Settings, now: datetime) -> Rule:
+def _validate(
+    action_type: str,
+    definition: _Definition,
+    settings: Settings,
+    now: datetime,
+    connection_id: UUID | None = None,
+) -> Rule:
     """Check a definition against every rule a person can act on; nothing is written."""
     # The template is checked as the action it makes (type, target, thing, payload size);
     # its time is that of the checks, not of an occurrence.
@@ -246,6 +254,7 @@ def _validate(action_type: str, definition: _Definition, settings: Settings, now
             publish_at=now,
             payload=definition.payload,
             thing_id=definition.thing_id,
+            connection_id=connection_id,
         ),
         settings,
         now,
@@ -453,8 +462,15 @@ def create_schedule(
             else new.max_failures_before_pause
         ),
     )
-    rule = _validate(new.action_type, definition, settings, now)
+    rule = _validate(new.action_type, definition, settings, now, new.connection_id)
     with conn.transaction():
+        if new.connection_id is not None:
+            from tickwork import connections
+            from tickwork.providers.catalog import check_payload_for
+
+            provider = settings.action_types[new.action_type].provider
+            found = connections.require_usable(conn, workspace_id, new.connection_id, provider)
+            check_payload_for(provider, definition.payload, found.settings)
         inserted = _fetch(
             conn,
             _INSERT,
@@ -472,6 +488,7 @@ def create_schedule(
                 "last_materialized_through": now,
                 "max_failures_before_pause": definition.max_failures_before_pause,
                 "catch_up_window_seconds": definition.catch_up_window_seconds,
+                "connection_id": new.connection_id,
             },
         )
         assert inserted is not None
@@ -537,7 +554,7 @@ def edit_schedule(
         after = _merge(current, changes)
         if after == before:
             return ScheduleResult(current, changed=False)
-        rule = _validate(current.action_type, after, settings, now)
+        rule = _validate(current.action_type, after, settings, now, current.connection_id)
         moves = after.moves_rows_from(before)
         through = current.last_materialized_through
         if moves:
@@ -687,6 +704,7 @@ def run_now(
                 source="run_now",
                 created_by=created_by or schedule.created_by,
                 recurring_schedule_id=schedule.id,
+                connection_id=schedule.connection_id,
             ),
             settings,
             now,

@@ -8,9 +8,10 @@ then calls the very same handlers.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tickwork.config import Settings
+from tickwork.connections.secrets import MemorySecretStore, SecretsManagerStore, SecretStore
 from tickwork.db import Database, resolve_url
 from tickwork.providers import ProviderRegistry
 from tickwork.queues.port import QueuePort
@@ -26,6 +27,8 @@ class Runtime:
     # local runtime runs API and workers in one process. In AWS the API function's `db` is
     # that login already.
     api_db: Database | None = None
+    # Connections' credentials (Secrets Manager in AWS, a file or memory locally).
+    secrets: SecretStore = field(default_factory=MemorySecretStore)
 
     def api_database(self) -> Database:
         return self.api_db or self.db
@@ -46,6 +49,7 @@ def from_settings(settings: Settings) -> Runtime:
         db=Database(resolve_url(settings)),
         queues=SqsQueues(settings.all_queue_urls()),
         providers=ProviderRegistry(settings),
+        secrets=SecretsManagerStore(settings.secrets_prefix, settings.secret_max_age_seconds),
     )
 
 

@@ -135,7 +135,8 @@ def test_tickwork_dev_and_demo_as_a_user_runs_them(dev_process, database_url, tm
     found = json.loads(status.stdout)
     assert found["queues_from"] == f"in-process, tickwork dev pid {process.pid}"
     assert {o["status"] for o in found["outcomes"]} == {"published"}
-    assert sum(o["count"] for o in found["outcomes"]) == 3 + 8
+    # 3 demo webhooks and the demo's email, SMS, Slack message and Mastodon post, then 8
+    assert sum(o["count"] for o in found["outcomes"]) == 3 + 4 + 8
     # Ctrl-C stops everything cleanly, and the record of the running process goes with it
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=30) == 0

@@ -157,6 +157,7 @@ def test_the_forecast_matches_the_rows(api, database_url):
         "action_type": "log", "target_key": "x", "publish_at": base.isoformat()})  # fmt: skip
     got = api.admin.call("GET", "/v1/forecast?hours=48")
     buckets = {(b["hour"], b["action_type"]): b["due"] for b in got["buckets"]}
+    assert all(b["connection_id"] is None for b in got["buckets"])
     with connect(database_url) as conn:
         rows = conn.execute(
             "select date_trunc('hour', publish_at), action_type, count(*) from scheduled_actions"

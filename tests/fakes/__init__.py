@@ -1,0 +1,65 @@
+"""Fake provider servers over real HTTP on loopback, speaking each provider's wire format."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from uuid import uuid4
+
+from tickwork.actions import Action
+from tickwork.providers.base import Via
+from tickwork.providers.http import OutboundPolicy
+
+# Fakes listen on loopback, which the outbound guard refuses unless allow-listed.
+LOOPBACK = OutboundPolicy.allowing(["127.0.0.0/8"])
+
+
+class OperatorLog:
+    """Every line the Tickwork logger writes while installed, formatted as in production."""
+
+    def __init__(self) -> None:
+        import logging
+
+        from tickwork.observability import logger
+
+        self.lines: list[str] = []
+        lines = self.lines
+
+        class Collect(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                lines.append(self.format(record))
+
+        self._logger = logger
+        self._handler = Collect()
+        self._handler.setFormatter(logger.registered_formatter)
+
+    def __enter__(self) -> OperatorLog:
+        self._logger.addHandler(self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self._handler)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def an_action(**overrides: Any) -> Action:
+    """A claimed row as the dispatcher hands it to a provider."""
+    now = datetime.now(UTC)
+    fields: dict[str, Any] = {
+        "id": uuid4(), "workspace_id": uuid4(), "created_by": None, "action_type": "webhook",
+        "thing_id": None, "target_key": "primary", "payload": {}, "publish_at": now,
+        "status": "submitted", "error_code": None, "last_error": None, "attempt_count": 1,
+        "manual_retries": 0, "next_attempt_at": None, "enqueued_at": None, "provider_id": None,
+        "submitted_at": now, "finished_at": None, "dedupe_key": None, "rescheduled_from": None,
+        "source": "api", "recurring_schedule_id": None, "created_at": now, "updated_at": now,
+        "connection_id": None,
+    }  # fmt: skip
+    fields.update(overrides)
+    return Action(**fields)
+
+
+def a_via(provider: str, settings: dict[str, Any], credentials: dict[str, str]) -> Via:
+    return Via(uuid4(), uuid4(), provider, settings, credentials)

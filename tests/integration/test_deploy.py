@@ -187,8 +187,10 @@ def test_invalid_json_configuration_fails_with_its_reason(
 def test_a_type_whose_provider_cannot_be_built_fails_the_deploy(
     monkeypatch, empty_database_url, cfn, queues
 ):
-    # The webhook type with no endpoints: its rows could never be delivered.
-    broken = {"log": {"provider": "log"}, "webhook": {"provider": "webhook"}}
+    # A webhook type whose endpoints are not a map of {url, secret}: it cannot be built.
+    # (No endpoints at all is fine: workspaces then send through their webhook connections.)
+    webhook = {"provider": "webhook", "options": {"endpoints": ["https://x"]}}
+    broken = {"log": {"provider": "log"}, "webhook": webhook}
     run(monkeypatch, empty_database_url, event(cfn.url, "Create"), action_types=broken)
     assert cfn.only["Status"] == "FAILED"
     assert "'webhook': its provider cannot be built" in cfn.only["Reason"]

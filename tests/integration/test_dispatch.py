@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 
 from tests.engine import drain, row, seed, statuses
+from tests.fakes import LOOPBACK
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
 from tests.handlers import FakeLambdaContext, load_handler
 from tickwork import runtime as runtime_slot
 from tickwork.actions import Action
 from tickwork.db import Database, connect
 from tickwork.dispatch import Dispatcher
-from tickwork.providers.base import Ambiguous, Outcome
+from tickwork.providers.base import Ambiguous, Outcome, Via
 from tickwork.providers.log import LogProvider
 from tickwork.providers.webhook import WebhookProvider
 from tickwork.queues.memory import InProcessQueues
@@ -255,7 +256,9 @@ def test_exactly_once_under_contention(database_url, conn, workspace, runtime, n
 def hook(runtime) -> Iterator[FakeWebhookServer]:
     with fake_webhook_server() as server:
         options = {"endpoints": {"primary": {"url": server.url, "secret": SECRET}}}
-        runtime.providers.register("webhook", WebhookProvider(options, timeout=0.5))
+        runtime.providers.register(
+            "webhook", WebhookProvider(options, timeout=0.5, policy=LOOPBACK)
+        )
         runtime.settings = runtime.settings.model_copy(
             update={"backoff_base_seconds": 0.05, "max_attempts": 3}
         )
@@ -344,7 +347,7 @@ def test_a_read_timeout_is_retried_for_webhooks(conn, workspace, runtime, hook, 
 
 def test_connection_refused_is_transient(conn, workspace, runtime, now):
     options = {"endpoints": {"primary": {"url": "http://127.0.0.1:1/hook", "secret": SECRET}}}
-    runtime.providers.register("webhook", WebhookProvider(options, timeout=0.5))
+    runtime.providers.register("webhook", WebhookProvider(options, timeout=0.5, policy=LOOPBACK))
     action_id = webhook_row(conn, workspace, now)
     run_tick(conn, runtime.queues, runtime.settings)
     summary = drain(runtime, "webhook")
@@ -361,7 +364,7 @@ class MaybeSentProvider:
     idempotent = False
     io_bound = False
 
-    def send(self, action: Action) -> Outcome:
+    def send(self, action: Action, via: Via | None = None) -> Outcome:
         return Ambiguous("read timeout after the request was sent")
 
 
@@ -369,7 +372,7 @@ class BrokenProvider:
     idempotent = False
     io_bound = False
 
-    def send(self, action: Action) -> Outcome:
+    def send(self, action: Action, via: Via | None = None) -> Outcome:
         raise RuntimeError("bug in provider")
 
 

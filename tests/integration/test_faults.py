@@ -19,6 +19,7 @@ import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
 from tests.engine import RecordingQueues, row, seed, statuses
+from tests.fakes import LOOPBACK
 from tests.fakes.db_proxy import DbProxy, db_proxy
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
 from tests.handlers import FakeLambdaContext
@@ -277,7 +278,7 @@ def test_a_database_still_down_fails_the_batch_with_a_short_visibility(
 def hook(runtime) -> Iterator[FakeWebhookServer]:
     with fake_webhook_server() as server:
         options = {"endpoints": {"primary": {"url": server.url, "secret": SECRET}}}
-        runtime.providers.register("webhook", WebhookProvider(options, timeout=5))
+        runtime.providers.register("webhook", WebhookProvider(options, timeout=5, policy=LOOPBACK))
         yield server
 
 

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from tickwork.providers.base import Ambiguous, Delivered, Rejected, Transient
+from tickwork.providers.http import Reply
 from tickwork.providers.webhook import (
     WebhookProvider,
     decode_secret,
@@ -44,8 +45,8 @@ def test_verify_accepts_a_fresh_signature_and_refuses_tampering_and_replays():
      (502, Ambiguous), (504, Ambiguous)],
 )  # fmt: skip
 def test_status_codes_map_to_outcomes(status, kind):
-    response = httpx.Response(status, text="detail")
-    assert isinstance(WebhookProvider.outcome(response), kind)
+    reply = Reply(status, httpx.Headers(), b"detail")
+    assert isinstance(WebhookProvider.outcome(reply), kind)
 
 
 def test_retry_after_in_seconds_or_as_an_http_date():

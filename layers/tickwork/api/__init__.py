@@ -20,6 +20,7 @@ from tickwork.api import (
     actions,
     campaigns,
     changes,
+    connections,
     enrollments,
     entities,
     errors,
@@ -119,6 +120,7 @@ def build() -> APIGatewayHttpResolver:
     app.include_router(rules.router)
     app.include_router(events.router)
     app.include_router(entities.router)
+    app.include_router(connections.router)
     app.include_router(campaigns.router)
     app.include_router(enrollments.router)
     app.include_router(recipients.router)

@@ -111,6 +111,7 @@ def create_action(
         publish_at=_instant(request, body),
         dedupe_key=idempotency_key,
         created_by=request.caller.user_id,
+        connection_id=body.connection_id,
         recipient_id=body.recipient_id,
         transactional=body.transactional,
     )

@@ -72,6 +72,9 @@ class CreateAction(When):
     target_key: str = Field(min_length=1, max_length=200, examples=["primary"])
     thing_id: str | None = Field(default=None, min_length=1, max_length=200)
     payload: dict[str, Any] = Field(default_factory=dict)
+    connection_id: UUID | None = Field(
+        default=None, description="the workspace connection to send through (/v1/connections)"
+    )
     recipient_id: str | None = Field(
         default=None,
         min_length=1,
@@ -130,6 +133,7 @@ class ActionOut(BaseModel):
         description="in the answer to a request that gave date and time: how that wall time"
         " was read (moved forward when the zone skips it, the first when it repeats)",
     )
+    connection_id: UUID | None = None
 
     @classmethod
     def of(cls, action: Action, tz: ZoneInfo) -> ActionOut:
@@ -146,6 +150,7 @@ class ActionOut(BaseModel):
             idempotency_key=action.dedupe_key, recipient_id=action.recipient_id,
             transactional=action.transactional, original_publish_at=action.original_publish_at,
             created_at=action.created_at, updated_at=action.updated_at,
+            connection_id=action.connection_id,
         )  # fmt: skip
 
 

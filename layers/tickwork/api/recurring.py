@@ -132,6 +132,7 @@ def create_schedule(body: CreateSchedule, workspace: WorkspaceHeader) -> Respons
         catch_up_window_seconds=body.catch_up_window_seconds,
         max_failures_before_pause=body.max_failures_before_pause,
         created_by=request.caller.user_id,
+        connection_id=body.connection_id,
     )
     quotas.check_new_schedule(request.conn, request.caller.workspace_id, request.runtime.settings)
     result = recurring.create_schedule(

@@ -79,6 +79,9 @@ class CreateSchedule(Strict):
     )
     catch_up_window_seconds: int | None = _catch_up()
     max_failures_before_pause: int | None = _max_failures()
+    connection_id: UUID | None = Field(
+        default=None, description="the workspace connection its occurrences send through"
+    )
 
 
 def _leave_out(**constraints: Any) -> Any:
@@ -150,6 +153,7 @@ class ScheduleOut(BaseModel):
         description="the next occurrences by the rule (what would fire once resumed, if"
         " paused; none once ended); null when no preview was asked for"
     )
+    connection_id: UUID | None = None
 
     @classmethod
     def of(cls, schedule: Schedule, preview: list[Occurrence] | None) -> ScheduleOut:
@@ -166,7 +170,7 @@ class ScheduleOut(BaseModel):
             skipped_occurrences=schedule.skipped_occurrences,
             last_materialized_through=schedule.last_materialized_through,
             revision=schedule.revision, created_at=schedule.created_at,
-            updated_at=schedule.updated_at,
+            updated_at=schedule.updated_at, connection_id=schedule.connection_id,
             next_occurrences=(
                 None if preview is None else [OccurrenceOut.of(o, tz) for o in preview]
             ),

@@ -254,6 +254,7 @@ class ActionDetailOut(ActionOut):
 
 class BucketOut(BaseModel):
     action_type: str
+    connection_id: UUID | None = Field(description="the connection it is sent through, if any")
     hour: datetime
     due: int
     quota_per_hour: int | None
@@ -261,7 +262,7 @@ class BucketOut(BaseModel):
 
     @classmethod
     def of(cls, b: Bucket) -> BucketOut:
-        return cls(action_type=b.action_type, hour=b.hour, due=b.due,
+        return cls(action_type=b.action_type, connection_id=b.connection_id, hour=b.hour, due=b.due,
                    quota_per_hour=b.quota_per_hour, over_quota=b.over_quota)  # fmt: skip
 
 

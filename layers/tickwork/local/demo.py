@@ -141,3 +141,52 @@ def watch(
             return True
         sleep(0.5)
     return False
+
+
+# Connections of the Demo workspace, sending to the local provider sandbox (which accepts any
+# credentials): an email account, an SMS account and a chat bot.
+DEMO_CONNECTIONS: dict[str, dict[str, Any]] = {
+    "send_email": {"name": "Demo email", "provider": "postmark",
+                   "settings": {"from": "Tickwork demo <demo@example.com>"},
+                   "credentials": {"server_token": "local-sandbox-token"}},
+    "send_sms": {"name": "Demo SMS", "provider": "twilio",
+                 "settings": {"account_sid": "AC" + "0" * 32, "from": "+15005550006"},
+                 "credentials": {"auth_token": "local-sandbox-token"}},
+    "slack_message": {"name": "Demo Slack", "provider": "slack",
+                      "settings": {"default_channel": "#general"},
+                      "credentials": {"bot_token": "xoxb-local-sandbox-token"}},
+}  # fmt: skip
+DEMO_PAYLOADS: dict[str, dict[str, Any]] = {
+    "send_email": {"to": "ann@example.com", "subject": "Your weekly digest", "text": "Hi Ann!"},
+    "send_sms": {"to": "+14155550100", "body": "Your table is ready"},
+    "slack_message": {"text": "Standup in 5 minutes"},
+    "mastodon_post": {"status": "Scheduled with Tickwork", "visibility": "unlisted"},
+}
+
+
+def demo_connection(client: ApiClient, spec: dict[str, Any]) -> str:
+    """The id of the demo's connection named `spec['name']`, made if missing."""
+    found = client.call("GET", "/v1/connections", params={"provider": spec["provider"]})
+    for item in found["items"]:
+        if item["name"] == spec["name"]:
+            return str(item["id"])
+    return str(client.call("POST", "/v1/connections", json=spec)["id"])
+
+
+def seed_provider_demo(client: ApiClient, sandbox_url: str, after: float = 3) -> list[str]:
+    """An email, an SMS, a chat message and a Mastodon post, each through a connection, due
+    `after` seconds ahead."""
+    when = (utcnow() + timedelta(seconds=after)).isoformat()
+    specs = DEMO_CONNECTIONS | {"mastodon_post": {
+        "name": "Demo Mastodon", "provider": "mastodon",
+        "settings": {"instance_url": f"{sandbox_url}/mastodon"},
+        "credentials": {"access_token": "local-sandbox-token"},
+    }}  # fmt: skip
+    ids = []
+    for action_type, spec in specs.items():
+        created = client.call("POST", "/v1/actions", json={
+            "action_type": action_type, "target_key": "demo", "publish_at": when,
+            "connection_id": demo_connection(client, spec), "payload": DEMO_PAYLOADS[action_type],
+        })  # fmt: skip
+        ids.append(created["id"])
+    return ids

@@ -6,7 +6,9 @@
 - dispatcher workers that receive batches and call the dispatcher handler with
   Lambda-shaped SQS events, deleting what it did not report as failed;
 - the HTTP API, behind a local server that verifies JWTs as API Gateway's authorizer does;
-- a webhook receiver that prints each delivery as it arrives.
+- a webhook receiver that prints each delivery as it arrives;
+- a provider sandbox standing in for Postmark, Twilio, Slack, Mastodon and Bluesky, which
+  prints each email, SMS, message and post as it arrives.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from typing import Any, TypeVar
 
 from tickwork import migrate, runtime, tick
 from tickwork.config import ActionTypeConfig, Settings
+from tickwork.connections.secrets import MemorySecretStore, SecretStore
 from tickwork.db import Database, connect, local_api_login
 from tickwork.local import handlers
 from tickwork.local.api_server import ApiServer
 from tickwork.local.auth import LocalJwt
 from tickwork.local.errors import PortInUseError
 from tickwork.local.receiver import ReceivedWebhook, WebhookReceiver
+from tickwork.local.sandbox import Arrival, ProviderSandbox, sandbox_action_types
 from tickwork.observability import logger
 from tickwork.providers import ProviderRegistry
 from tickwork.queues.memory import InProcessQueue, InProcessQueues, Message
@@ -63,8 +67,14 @@ def quiet_powertools() -> None:
     warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 
-def dev_action_types(receiver_url: str) -> dict[str, ActionTypeConfig]:
-    return {
+def dev_action_types(
+    receiver_url: str, sandbox_url: str | None = None
+) -> dict[str, ActionTypeConfig]:
+    sandboxed = {
+        name: ActionTypeConfig.model_validate(spec)
+        for name, spec in sandbox_action_types(sandbox_url).items()
+    } if sandbox_url else {}  # fmt: skip
+    return sandboxed | {
         "webhook": ActionTypeConfig(
             provider="webhook",
             targets=frozenset({"primary"}),
@@ -131,6 +141,8 @@ class LocalRuntime:
         api_port: int = 0,
         jwt: LocalJwt | None = None,
         on_delivery: Callable[[ReceivedWebhook], None] | None = None,
+        on_arrival: Callable[[Arrival], None] | None = None,
+        secrets: SecretStore | None = None,
     ) -> None:
         self.database_url = database_url
         self.tick_interval = tick_interval
@@ -143,10 +155,16 @@ class LocalRuntime:
             lambda: WebhookReceiver(DEV_WEBHOOK_SECRET, port=receiver_port,
                                     on_delivery=on_delivery),
         )  # fmt: skip
+        self.sandbox = ProviderSandbox(on_arrival=on_arrival)
         if not os.environ.get("TICKWORK_ACTION_TYPES"):
             settings = settings.model_copy(
-                update={"action_types": dev_action_types(self.receiver.url)}
+                update={"action_types": dev_action_types(self.receiver.url, self.sandbox.url)}
             )
+        # The receiver and the sandbox listen on loopback, which calls may not reach
+        # unless allow-listed.
+        settings = settings.model_copy(update={
+            "outbound_allowed_networks": settings.outbound_allowed_networks | {"127.0.0.1/32"}
+        })  # fmt: skip
         self.settings = settings
         self.queues = InProcessQueues(
             visibility_timeout=visibility_timeout, max_receive_count=max_receive_count
@@ -156,6 +174,7 @@ class LocalRuntime:
             db=Database(database_url),
             queues=self.queues,
             providers=ProviderRegistry(settings),
+            secrets=secrets or MemorySecretStore(),
         )
         self.jwt = jwt or LocalJwt()
         try:
@@ -190,6 +209,7 @@ class LocalRuntime:
         if released:
             log.warning("released %d rows enqueued by a previous run", released)
         self.receiver.start()
+        self.sandbox.start()
         self.api.start()
         self._spawn("tick", self._cron, "tick", self.tick_interval, TICK_TIMEOUT_SECONDS,
                     self.ticks)  # fmt: skip
@@ -207,6 +227,7 @@ class LocalRuntime:
         for thread in self._threads:
             thread.join(timeout=DISPATCHER_TIMEOUT_SECONDS)
         self.receiver.stop()
+        self.sandbox.stop()
         self.api.stop()
         runtime.install(None)
         self.runtime.db.close()

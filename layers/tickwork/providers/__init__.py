@@ -8,15 +8,52 @@ from typing import Any
 
 from tickwork.config import Settings
 from tickwork.providers.base import Provider, ProviderError
+from tickwork.providers.bluesky import BlueskyProvider
+from tickwork.providers.http import OutboundPolicy, UnsafeDestinationError
 from tickwork.providers.log import LogProvider
+from tickwork.providers.mastodon import MastodonProvider
+from tickwork.providers.postmark import PostmarkProvider
+from tickwork.providers.rest import RestProvider
+from tickwork.providers.ses import SesProvider
+from tickwork.providers.slack import SlackProvider
+from tickwork.providers.twilio import TwilioProvider
 from tickwork.providers.webhook import WebhookProvider
 
 Factory = Callable[[dict[str, Any], Settings], Provider]
 
+
+def outbound_policy(settings: Settings) -> OutboundPolicy:
+    try:
+        return OutboundPolicy.allowing(sorted(settings.outbound_allowed_networks))
+    except UnsafeDestinationError as exc:
+        raise ProviderError(f"TICKWORK_OUTBOUND_ALLOWED_NETWORKS: {exc.message}") from exc
+
+
+def _rest(cls: type[RestProvider]) -> Factory:
+    def build(options: dict[str, Any], settings: Settings) -> Provider:
+        return cls(
+            options,
+            timeout=settings.provider_timeout_seconds,
+            policy=outbound_policy(settings),
+            max_body_bytes=settings.provider_max_response_bytes,
+        )
+
+    return build
+
+
 FACTORIES: dict[str, Factory] = {
     "log": lambda options, settings: LogProvider(options),
+    "postmark": _rest(PostmarkProvider),
+    "twilio": _rest(TwilioProvider),
+    "slack": _rest(SlackProvider),
+    "mastodon": _rest(MastodonProvider),
+    "bluesky": _rest(BlueskyProvider),
+    "ses": lambda options, settings: SesProvider(options, settings.provider_timeout_seconds),
     "webhook": lambda options, settings: WebhookProvider(
-        options, timeout=settings.provider_timeout_seconds
+        options,
+        timeout=settings.provider_timeout_seconds,
+        policy=outbound_policy(settings),
+        max_body_bytes=settings.provider_max_response_bytes,
     ),
 }
 
@@ -44,6 +81,17 @@ class ProviderRegistry:
                 provider = factory(config.options, self.settings)
                 self._providers[action_type] = provider
             return provider
+
+    def for_provider(self, name: str) -> Provider:
+        """An instance of provider `name` for connection checks: the one an action type
+        using it has (with its options, e.g. a local fake server's URL), else a default."""
+        for action_type, config in self.settings.action_types.items():
+            if config.provider == name:
+                return self.for_action_type(action_type)
+        factory = FACTORIES.get(name)
+        if factory is None:
+            raise ProviderError(f"unknown provider {name!r}")
+        return factory({}, self.settings)
 
     def register(self, action_type: str, provider: Provider) -> None:
         """Use `provider` for `action_type` (the local runtime and tests)."""

@@ -7,8 +7,9 @@ dispatcher turns that into a state transition, a backoff or a failure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from uuid import UUID
 
 from tickwork.actions import Action
 
@@ -52,6 +53,27 @@ class NotSent:
 Outcome = Delivered | Rejected | Transient | Ambiguous | NotSent
 
 
+@dataclass(frozen=True)
+class Via:
+    """The workspace connection an action is sent through: its settings and credentials
+    (read from the secret store just before the call; never logged, never shown)."""
+
+    id: UUID
+    workspace_id: UUID
+    provider: str
+    settings: dict[str, Any]
+    credentials: dict[str, str] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What `verify` found: whether the credentials work, and what a person should fix."""
+
+    ok: bool
+    message: str
+    account: str | None = None  # the account, server or handle the credentials belong to
+
+
 class Provider(Protocol):
     # True when the receiver deduplicates on a key we send (the action id), so an ambiguous
     # outcome may be retried without risking a second delivery.
@@ -59,7 +81,7 @@ class Provider(Protocol):
     # True when send() waits on the network: the dispatcher then runs calls concurrently.
     io_bound: bool
 
-    def send(self, action: Action) -> Outcome: ...
+    def send(self, action: Action, via: Via | None = None) -> Outcome: ...
 
 
 class ProviderError(Exception):

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from tickwork.actions import Action
 from tickwork.observability import logger
-from tickwork.providers.base import Delivered, Outcome
+from tickwork.providers.base import Delivered, Outcome, Via
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class LogProvider:
         self.deliveries: list[Delivery] = []
         self._lock = threading.Lock()
 
-    def send(self, action: Action) -> Outcome:
+    def send(self, action: Action, via: Via | None = None) -> Outcome:
         called_at = time.time()
         with self._lock:
             self.deliveries.append(Delivery(action.id, called_at, action.due_at.timestamp()))

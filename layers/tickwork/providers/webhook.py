@@ -4,8 +4,9 @@ Headers: `webhook-id` (the action id, the same on every attempt, so receivers de
 `webhook-timestamp` (Unix seconds) and `webhook-signature` (`v1,<base64 HMAC-SHA256>` of
 `{id}.{timestamp}.{body}` keyed with the base64 bytes after `whsec_`).
 
-Options (per action type): `endpoints`, a map from target_key to `{url, secret}` (or
-`secret_arn`, read from Secrets Manager). Status codes map to outcomes:
+Endpoints: the operator's, per action type (`endpoints`, a map from target_key to
+`{url, secret}` or `secret_arn`, read from Secrets Manager), or a workspace's own webhook
+connection (settings `url`, credentials `signing_secret`). Status codes map to outcomes:
 2xx delivered; 429, 503 and 408 provably not processed (Retry-After honoured); other 5xx,
 read timeouts and dropped connections ambiguous (retried, since receivers deduplicate);
 any other status rejected.
@@ -19,13 +20,13 @@ import hmac
 import json
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any
 
-import httpx
+from pydantic import Field, field_validator
 
 from tickwork.actions import Action
+from tickwork.errors import InputError
+from tickwork.providers import http
 from tickwork.providers.base import (
     Ambiguous,
     Delivered,
@@ -33,7 +34,13 @@ from tickwork.providers.base import (
     ProviderError,
     Rejected,
     Transient,
+    Verified,
+    Via,
 )
+from tickwork.providers.http import OutboundPolicy, retry_after_seconds
+from tickwork.providers.schema import Schema
+
+__all__ = ["WebhookProvider", "decode_secret", "retry_after_seconds", "sign", "verify"]
 
 SECRET_PREFIX = "whsec_"
 NOT_PROCESSED = frozenset({408, 429, 503})
@@ -68,20 +75,21 @@ def verify(secret: bytes, headers: dict[str, str], body: bytes, tolerance: int =
     return any(hmac.compare_digest(expected, candidate) for candidate in offered)
 
 
-def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
-    """Retry-After as seconds: either delay-seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+class WebhookSettings(Schema):
+    url: str = Field(min_length=1, max_length=2000, description="http(s), a public address")
+
+
+class WebhookCredentials(Schema):
+    signing_secret: str = Field(min_length=10, max_length=200, description="whsec_<base64>")
+
+    @field_validator("signing_secret")
+    @classmethod
+    def _secret(cls, value: str) -> str:
+        try:
+            decode_secret(value)
+        except ProviderError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
 
 
 @dataclass(frozen=True)
@@ -110,16 +118,23 @@ class WebhookProvider:
     idempotent = True
     io_bound = True
 
-    def __init__(self, options: dict[str, Any], timeout: float = 10.0) -> None:
-        raw = options.get("endpoints")
-        if not isinstance(raw, dict) or not raw:
-            raise ProviderError("webhook provider needs options.endpoints: {target: {url, secret}}")
+    def __init__(
+        self,
+        options: dict[str, Any],
+        timeout: float = 10.0,
+        policy: OutboundPolicy | None = None,
+        max_body_bytes: int = http.DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        raw = options.get("endpoints") or {}
+        if not isinstance(raw, dict):
+            raise ProviderError("webhook options.endpoints is a map {target: {url, secret}}")
+        self.policy = policy or OutboundPolicy()
         self.endpoints = {name: self._endpoint(name, spec) for name, spec in raw.items()}
-        # No redirects: a 3xx is an answer about the endpoint, not a place to send the body.
-        self.client = httpx.Client(timeout=timeout, follow_redirects=False)
+        self.timeout = timeout
+        self.max_body_bytes = max_body_bytes
+        self.client = http.client(self.policy, timeout)
 
-    @staticmethod
-    def _endpoint(name: str, spec: Any) -> Endpoint:
+    def _endpoint(self, name: str, spec: Any) -> Endpoint:
         if not isinstance(spec, dict) or "url" not in spec:
             raise ProviderError(f"webhook endpoint {name!r} needs a url")
         secret = spec.get("secret")
@@ -129,12 +144,30 @@ class WebhookProvider:
             secret = parameters.get_secret(spec["secret_arn"], max_age=300)
         if not isinstance(secret, str):
             raise ProviderError(f"webhook endpoint {name!r} needs a secret or secret_arn")
-        return Endpoint(url=str(spec["url"]), secret=decode_secret(secret))
+        try:
+            # The scheme is checked now; addresses when each call connects.
+            url = http.check_url(str(spec["url"]), self.policy, resolve=False)
+        except InputError as exc:
+            raise ProviderError(f"webhook endpoint {name!r}: {exc.message}") from exc
+        return Endpoint(url=str(url), secret=decode_secret(secret))
 
-    def send(self, action: Action) -> Outcome:
-        endpoint = self.endpoints.get(action.target_key)
-        if endpoint is None:
-            return Rejected("not_configured", f"no webhook endpoint named {action.target_key!r}")
+    def send(self, action: Action, via: Via | None = None) -> Outcome:
+        if via is not None:
+            try:
+                endpoint = Endpoint(
+                    via.settings["url"], decode_secret(via.credentials["signing_secret"])
+                )
+            except (KeyError, ProviderError):
+                return Rejected(
+                    "connection_invalid", "the webhook connection lacks a url or secret"
+                )
+        else:
+            found = self.endpoints.get(action.target_key)
+            if found is None:
+                return Rejected(
+                    "not_configured", f"no webhook endpoint named {action.target_key!r}"
+                )
+            endpoint = found
         body = json.dumps(envelope(action), separators=(",", ":")).encode()
         timestamp = int(time.time())
         message_id = f"msg_{action.id.hex}"
@@ -144,23 +177,42 @@ class WebhookProvider:
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign(endpoint.secret, message_id, timestamp, body),
         }
+        where = http.public_url(endpoint.url)
+        redactor = http.Redactor.of(endpoint.url, base64.b64encode(endpoint.secret).decode())
         try:
-            response = self.client.post(endpoint.url, content=body, headers=headers)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            return Transient(f"could not connect to {endpoint.url}: {exc}")
-        except httpx.TransportError as exc:
-            return Ambiguous(f"request to {endpoint.url} may have arrived: {exc!r}")
-        return self.outcome(response)
+            reply = http.call(
+                self.client, "POST", endpoint.url, content=body, headers=headers,
+                total_seconds=self.timeout, max_body_bytes=self.max_body_bytes,
+            )  # fmt: skip
+        except Exception as exc:
+            http.log_answer("webhook", action.id, http.redacted_url(endpoint.url), None,
+                            redactor, exc)  # fmt: skip
+            return http.outcome_of_error(exc, where)
+        outcome = self.outcome(reply, where, redactor)
+        if not isinstance(outcome, Delivered):
+            http.log_answer("webhook", action.id, http.redacted_url(endpoint.url), reply, redactor)
+        return outcome
 
     @staticmethod
-    def outcome(response: httpx.Response) -> Outcome:
-        status = response.status_code
+    def outcome(
+        reply: http.Reply, where: str = "the endpoint", redactor: http.Redactor | None = None
+    ) -> Outcome:
+        status = reply.status
         if 200 <= status < 300:
-            return Delivered(provider_id=response.headers.get("x-request-id") or f"http-{status}")
-        detail = f"HTTP {status}: {response.text[:300]}"
-        retry_after = retry_after_seconds(response.headers.get("retry-after"))
+            return Delivered(provider_id=reply.headers.get("x-request-id") or f"http-{status}")
+        excerpt = (redactor or http.Redactor()).tenant(reply.text())
+        detail = f"HTTP {status} from {where}" + (f": {excerpt}" if excerpt else "")
+        retry_after = retry_after_seconds(reply.headers.get("retry-after"))
         if status in NOT_PROCESSED:
             return Transient(detail, retry_after)
         if status >= 500:
             return Ambiguous(detail, retry_after)
         return Rejected("provider_rejected", detail)
+
+    def verify(self, via: Via) -> Verified:
+        """A webhook has no authenticated no-op call: check the URL's addresses now."""
+        try:
+            http.check_url(str(via.settings.get("url", "")), self.policy)
+        except InputError as exc:
+            return Verified(False, exc.message)
+        return Verified(True, "the URL is callable; deliveries are signed with your secret")

@@ -15,10 +15,10 @@ order by id
 limit %(limit)s
 
 -- name: forecast
--- Queued actions due per action type and hour over the next hours (the current hour
+-- Queued actions due per action type, connection and hour over the next hours (the current hour
 -- also holds what is already due). A row's due time is never before its publish_at, so
 -- the calendar index bounds the scan.
-select action_type,
+select action_type, connection_id,
        date_trunc('hour', greatest(coalesce(next_attempt_at, publish_at), %(now)s)) as hour,
        count(*) as due
 from scheduled_actions
@@ -26,5 +26,5 @@ where workspace_id = %(workspace_id)s
   and publish_at < %(until)s
   and status = 'queued'
   and coalesce(next_attempt_at, publish_at) < %(until)s
-group by 1, 2
-order by 2, 1
+group by 1, 2, 3
+order by 3, 1, 2 nulls first

@@ -6,11 +6,12 @@
 insert into recurring_schedules (
     workspace_id, created_by, action_type, target_key, thing_id, payload_template, rrule,
     dtstart, timezone, until, last_materialized_through, max_failures_before_pause,
-    catch_up_window_seconds
+    catch_up_window_seconds, connection_id
 ) values (
     %(workspace_id)s, %(created_by)s, %(action_type)s, %(target_key)s, %(thing_id)s,
     %(payload_template)s, %(rrule)s, %(dtstart)s, %(timezone)s, %(until)s,
-    %(last_materialized_through)s, %(max_failures_before_pause)s, %(catch_up_window_seconds)s
+    %(last_materialized_through)s, %(max_failures_before_pause)s, %(catch_up_window_seconds)s,
+    %(connection_id)s
 )
 returning *
 
@@ -110,10 +111,10 @@ returning id
 -- a live row is dropped alone (ON CONFLICT on the partial unique index), the rest go in.
 insert into scheduled_actions (
     workspace_id, created_by, action_type, thing_id, target_key, payload, publish_at,
-    source, recurring_schedule_id
+    source, recurring_schedule_id, connection_id
 )
 select s.workspace_id, s.created_by, s.action_type, s.thing_id, s.target_key,
-       s.payload_template, o.publish_at, 'recurring', s.id
+       s.payload_template, o.publish_at, 'recurring', s.id, s.connection_id
 from recurring_schedules s
 cross join unnest(%(publish_ats)s::timestamptz[]) as o (publish_at)
 where s.id = %(id)s

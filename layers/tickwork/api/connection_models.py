@@ -1,0 +1,66 @@
+"""Bodies of /v1/connections. Credentials are accepted and never returned."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tickwork.connections import Connection
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateConnection(Strict):
+    name: str = Field(min_length=1, max_length=200, examples=["Marketing email"])
+    provider: str = Field(min_length=1, max_length=63, examples=["postmark"])
+    settings: dict[str, Any] = Field(default_factory=dict, description="shown back as given")
+    credentials: dict[str, Any] = Field(
+        default_factory=dict, description="write-only: stored as a secret, never returned"
+    )
+
+
+class ConnectionPatch(Strict):
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    settings: dict[str, Any] | None = Field(default=None, description="replaces the settings")
+    credentials: dict[str, Any] | None = Field(
+        default=None, description="replaces the credentials (write-only)"
+    )
+    status: Literal["active", "disabled"] | None = None
+
+
+class ConnectionOut(BaseModel):
+    id: UUID
+    name: str
+    provider: str
+    settings: dict[str, Any]
+    status: Literal["active", "disabled", "deleted"]
+    verified_at: datetime | None
+    verify_ok: bool | None
+    verify_message: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: Connection) -> ConnectionOut:
+        return cls(
+            id=row.id, name=row.name, provider=row.provider, settings=row.settings,
+            status=row.status, verified_at=row.verified_at, verify_ok=row.verify_ok,
+            verify_message=row.verify_message, created_at=row.created_at,
+            updated_at=row.updated_at,
+        )  # fmt: skip
+
+
+class ConnectionList(BaseModel):
+    items: list[ConnectionOut]
+
+
+class VerifyOut(BaseModel):
+    ok: bool
+    message: str = Field(description="what works, or what to fix")
+    account: str | None = Field(description="the account the credentials belong to")
+    connection: ConnectionOut

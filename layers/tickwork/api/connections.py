@@ -1,0 +1,172 @@
+"""/v1/connections: a workspace's provider accounts. Admins create, change and delete them;
+members may list them, read them and name them in actions. Credentials are write-only."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from uuid import UUID
+
+from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Header, Query
+
+from tickwork import connections
+from tickwork.api.connection_models import (
+    ConnectionList,
+    ConnectionOut,
+    ConnectionPatch,
+    CreateConnection,
+    VerifyOut,
+)
+from tickwork.api.models import responses
+from tickwork.api.scope import RequestScope, scope
+from tickwork.connections.secrets import SecretStoreError
+from tickwork.errors import InputError
+from tickwork.observability import logger
+from tickwork.providers import outbound_policy
+from tickwork.providers.base import ProviderError, Verified, Via
+from tickwork.providers.catalog import check_connection, url_settings
+from tickwork.providers.http import check_url
+
+router = Router()
+
+WorkspaceHeader = Annotated[
+    UUID, Header(alias="X-Workspace-Id", description="the workspace to act in")
+]
+
+
+def _checked_settings(request: RequestScope, provider: str, settings: dict[str, Any]) -> None:
+    """URLs a tenant configures must be http(s) and resolve to public addresses."""
+    policy = outbound_policy(request.runtime.settings)
+    for name in url_settings(provider):
+        if name in settings:
+            try:
+                check_url(str(settings[name]), policy)
+            except InputError as exc:
+                raise InputError(
+                    f"settings.{name}: {exc.message}", field=f"settings.{name}"
+                ) from exc
+
+
+@router.post(
+    "/v1/connections",
+    summary="Register a provider account (admins)",
+    responses=responses(201, ConnectionOut, "created; credentials stored, never returned"),
+)
+def create_connection(
+    body: CreateConnection, workspace: WorkspaceHeader
+) -> Response[ConnectionOut]:
+    request = scope(router)
+    request.caller.require_admin("add a connection")
+    settings, credentials = check_connection(body.provider, body.settings, body.credentials)
+    assert settings is not None
+    assert credentials is not None
+    _checked_settings(request, body.provider, settings)
+    row = connections.create(
+        request.conn, request.caller.workspace_id, name=body.name, provider=body.provider,
+        settings=settings, credentials=credentials, store=request.runtime.secrets,
+        created_by=request.caller.user_id,
+    )  # fmt: skip
+    return Response(status_code=201, content_type=content_types.APPLICATION_JSON,
+                    body=ConnectionOut.of(row))  # fmt: skip
+
+
+@router.get(
+    "/v1/connections",
+    summary="List the workspace's connections",
+    responses=responses(200, ConnectionList, "every connection not deleted, oldest first"),
+)
+def list_connections(
+    workspace: WorkspaceHeader,
+    provider: Annotated[str | None, Query(max_length=63)] = None,
+) -> ConnectionList:
+    request = scope(router)
+    rows = connections.list_all(request.conn, request.caller.workspace_id, provider)
+    return ConnectionList(items=[ConnectionOut.of(row) for row in rows])
+
+
+@router.get(
+    "/v1/connections/<connection_id>",
+    summary="Get one connection (never its credentials)",
+    responses=responses(200, ConnectionOut, "it"),
+)
+def get_connection(connection_id: str, workspace: WorkspaceHeader) -> ConnectionOut:
+    request = scope(router)
+    key = connections.parse_id(connection_id)
+    return ConnectionOut.of(connections.get(request.conn, request.caller.workspace_id, key))
+
+
+@router.patch(
+    "/v1/connections/<connection_id>",
+    summary="Rename, change settings or credentials, disable or enable (admins)",
+    responses=responses(
+        200, ConnectionOut, "changed; new settings or credentials clear the last verification"
+    ),
+)
+def patch_connection(
+    connection_id: str, body: ConnectionPatch, workspace: WorkspaceHeader
+) -> ConnectionOut:
+    request = scope(router)
+    request.caller.require_admin("change a connection")
+    key = connections.parse_id(connection_id)
+    current = connections.get(request.conn, request.caller.workspace_id, key)
+    settings, credentials = check_connection(current.provider, body.settings, body.credentials)
+    if settings is not None:
+        _checked_settings(request, current.provider, settings)
+    row = connections.update(
+        request.conn, request.caller.workspace_id, key, store=request.runtime.secrets,
+        name=body.name, settings=settings, credentials=credentials, status=body.status,
+    )  # fmt: skip
+    return ConnectionOut.of(row)
+
+
+@router.delete(
+    "/v1/connections/<connection_id>",
+    summary="Delete a connection (admins); actions naming it fail as connection_removed",
+    responses=responses(200, ConnectionOut, "deleted; its credentials are erased"),
+)
+def delete_connection(connection_id: str, workspace: WorkspaceHeader) -> ConnectionOut:
+    request = scope(router)
+    request.caller.require_admin("delete a connection")
+    key = connections.parse_id(connection_id)
+    row = connections.delete(request.conn, request.caller.workspace_id, key)
+    store = request.runtime.secrets
+
+    def erase() -> None:
+        try:
+            store.delete(row.secret_ref or "")
+        except SecretStoreError:
+            # The row is deleted and will never be read again; the operator can sweep.
+            logger.warning("credentials of a deleted connection remain", extra={"id": str(key)})
+
+    request.after_commit.append(erase)
+    return ConnectionOut.of(row)
+
+
+@router.post(
+    "/v1/connections/<connection_id>/verify",
+    summary="Check the credentials with the provider's cheapest authenticated call",
+    responses=responses(200, VerifyOut, "what the provider said, in plain words"),
+)
+def verify_connection(connection_id: str, workspace: WorkspaceHeader) -> VerifyOut:
+    request = scope(router)
+    key = connections.parse_id(connection_id)
+    row = connections.get(request.conn, request.caller.workspace_id, key)
+    try:
+        credentials = request.runtime.secrets.get(row.secret_ref or "")
+    except SecretStoreError as exc:
+        result = Verified(False, exc.message)
+    else:
+        via = Via(row.id, row.workspace_id, row.provider, dict(row.settings), credentials)
+        try:
+            provider = request.runtime.providers.for_provider(row.provider)
+        except ProviderError:
+            result = Verified(False, f"{row.provider} is not set up on this Tickwork")
+        else:
+            check = getattr(provider, "verify", None)
+            result = check(via) if check else Verified(False, "this provider cannot be verified")
+    updated = connections.record_verification(
+        request.conn, request.caller.workspace_id, key, result.ok, result.message
+    )
+    return VerifyOut(ok=result.ok, message=result.message, account=result.account or None,
+                     connection=ConnectionOut.of(updated))  # fmt: skip

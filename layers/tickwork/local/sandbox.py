@@ -1,0 +1,155 @@
+"""A local stand-in for the providers' APIs, so the local runtime delivers emails, SMS,
+chat messages and posts somewhere visible: it answers each provider's send call as the
+provider would on success (any credentials are accepted) and prints what arrived.
+
+Paths: `/postmark/email`, `/twilio/2010-04-01/Accounts/<sid>/Messages.json`,
+`/slack/api/chat.postMessage`, `/mastodon/api/v1/statuses`, `/bluesky/xrpc/...`, and each
+provider's verify call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+
+@dataclass(frozen=True)
+class Arrival:
+    provider: str
+    arrived_at: float
+    summary: str  # who it is for and what it says, shortened
+    action_id: str | None
+
+
+def _short(text: Any, limit: int = 60) -> str:
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class ProviderSandbox:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0,
+        on_arrival: Callable[[Arrival], None] | None = None,
+    ) -> None:  # fmt: skip
+        self.arrivals: list[Arrival] = []
+        self.on_arrival = on_arrival
+        self._ids = itertools.count(1)
+        sandbox = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                status, body = sandbox.route(self.command, self.path.split("?")[0], raw)
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = _serve
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://{host}:{self.server.server_port}"
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def start(self) -> ProviderSandbox:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _arrived(self, provider: str, summary: str, action_id: str | None) -> None:
+        arrival = Arrival(provider, time.time(), summary, action_id)
+        self.arrivals.append(arrival)
+        if self.on_arrival is not None:
+            self.on_arrival(arrival)
+
+    def route(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
+        try:
+            body: Any = json.loads(raw) if raw.startswith((b"{", b"[")) else {}
+        except ValueError:
+            body = {}
+        form = {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
+        now = datetime.now(UTC).isoformat()
+        if path == "/postmark/email":
+            summary = f"to {_short(body.get('To'), 40)}: {_short(body.get('Subject'))}"
+            meta = body.get("Metadata") or {}
+            self._arrived("email", summary, meta.get("tickwork_action_id"))
+            return 200, {"To": body.get("To"), "SubmittedAt": now, "MessageID": str(uuid.uuid4()),
+                         "ErrorCode": 0, "Message": "OK"}  # fmt: skip
+        if path == "/postmark/server":
+            return 200, {"ID": 1, "Name": "Local sandbox"}
+        if re.fullmatch(r"/twilio/2010-04-01/Accounts/[^/]+/Messages\.json", path):
+            self._arrived("sms", f"to {form.get('To')}: {_short(form.get('Body'))}", None)
+            return 201, {"sid": "SM" + uuid.uuid4().hex, "status": "queued", "to": form.get("To")}
+        if re.fullmatch(r"/twilio/2010-04-01/Accounts/[^/]+\.json", path):
+            return 200, {"sid": path.rsplit("/", 1)[1][:-5], "friendly_name": "Local sandbox",
+                         "status": "active"}  # fmt: skip
+        if path == "/slack/api/chat.postMessage":
+            meta = (body.get("metadata") or {}).get("event_payload") or {}
+            self._arrived("slack", f"in {body.get('channel')}: {_short(body.get('text'))}",
+                          meta.get("tickwork_action_id"))  # fmt: skip
+            return 200, {"ok": True, "channel": body.get("channel"),
+                         "ts": f"{int(time.time())}.{next(self._ids):06d}"}  # fmt: skip
+        if path == "/slack/api/auth.test":
+            return 200, {"ok": True, "team": "Local sandbox", "user": "tickwork"}
+        if path == "/mastodon/api/v1/statuses":
+            text = body.get("status") or form.get("status")
+            self._arrived("mastodon", f"posted: {_short(text)}", None)
+            return 200, {"id": str(next(self._ids)), "content": text, "created_at": now,
+                         "url": f"{self.url}/mastodon/@local/{next(self._ids)}"}  # fmt: skip
+        if path == "/mastodon/api/v1/accounts/verify_credentials":
+            return 200, {"id": "1", "username": "local", "acct": "local"}
+        if path == "/bluesky/xrpc/com.atproto.server.createSession":
+            return 200, {"did": "did:plc:localsandbox", "handle": body.get("identifier"),
+                         "accessJwt": "local-access", "refreshJwt": "local-refresh"}  # fmt: skip
+        if path == "/bluesky/xrpc/com.atproto.server.refreshSession":
+            return 200, {"did": "did:plc:localsandbox", "handle": "local.bsky.social",
+                         "accessJwt": "local-access", "refreshJwt": "local-refresh"}  # fmt: skip
+        if path == "/bluesky/xrpc/com.atproto.repo.createRecord":
+            record = body.get("record") or {}
+            self._arrived("bluesky", f"posted: {_short(record.get('text'))}", None)
+            rkey = body.get("rkey") or str(next(self._ids))
+            return 200, {"uri": f"at://{body.get('repo')}/app.bsky.feed.post/{rkey}",
+                         "cid": "bafylocal" + uuid.uuid4().hex[:16]}  # fmt: skip
+        return 404, {"error": f"the local sandbox has no {method} {path}"}
+
+
+def describe(arrival: Arrival) -> str:
+    clock = datetime.fromtimestamp(arrival.arrived_at).strftime("%H:%M:%S.%f")[:-3]
+    action = f" {arrival.action_id[:8]}" if arrival.action_id else ""
+    return f"{clock}  {arrival.provider}{action}  {arrival.summary}"
+
+
+def sandbox_action_types(url: str) -> dict[str, dict[str, Any]]:
+    """Options of the default provider action types, pointed at the sandbox."""
+    return {
+        "send_email": {"provider": "postmark", "options": {"api_url": f"{url}/postmark"}},
+        "send_sms": {"provider": "twilio", "options": {"api_url": f"{url}/twilio"}},
+        "slack_message": {"provider": "slack", "options": {"api_url": f"{url}/slack/api"}},
+        # Mastodon and Bluesky call the instance or PDS each connection names.
+        "mastodon_post": {"provider": "mastodon"},
+        "bluesky_post": {"provider": "bluesky"},
+    }

@@ -1,0 +1,105 @@
+"""Each provider's schemas, by provider name: what its connections hold (settings shown
+back, credentials kept secret) and what an action's payload must be. Checked when a
+connection is written and when an action is scheduled, so refusals come early with the
+field at fault, not at fire time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from tickwork.errors import InputError
+from tickwork.providers import bluesky, mastodon, postmark, ses, slack, twilio
+from tickwork.providers.schema import checked
+from tickwork.providers.webhook import WebhookCredentials, WebhookSettings
+
+
+@dataclass(frozen=True)
+class Kind:
+    settings: type[BaseModel]
+    credentials: type[BaseModel]
+    payload: type[BaseModel] | None
+    connection: Literal["required", "optional"]
+
+
+KINDS: dict[str, Kind] = {
+    "webhook": Kind(WebhookSettings, WebhookCredentials, None, "optional"),
+    "postmark": Kind(postmark.Settings, postmark.Credentials, postmark.Payload, "required"),
+    "twilio": Kind(twilio.Settings, twilio.Credentials, twilio.Payload, "required"),
+    "slack": Kind(slack.Settings, slack.Credentials, slack.Payload, "required"),
+    "ses": Kind(ses.Settings, ses.Credentials, ses.Payload, "required"),
+    "mastodon": Kind(mastodon.Settings, mastodon.Credentials, mastodon.Payload, "required"),
+    "bluesky": Kind(bluesky.Settings, bluesky.Credentials, bluesky.Payload, "required"),
+}
+
+
+def kind(provider: str) -> Kind:
+    found = KINDS.get(provider)
+    if found is None:
+        known = ", ".join(sorted(KINDS))
+        raise InputError(f"unknown provider {provider!r}; known: {known}", field="provider")
+    return found
+
+
+def check_payload(provider: str, payload: dict[str, Any], *, has_connection: bool) -> None:
+    """At schedule time: the payload fits the provider, and a connection is named when the
+    provider sends only through one (or none is named when it takes none)."""
+    found = KINDS.get(provider)
+    if found is None:
+        if has_connection:
+            raise InputError(
+                f"this action type's provider ({provider}) does not send through connections",
+                field="connection_id",
+            )
+        return
+    if found.connection == "required" and not has_connection:
+        raise InputError(
+            f"name the {provider} connection to send through (connection_id)",
+            field="connection_id",
+        )
+    if found.payload is not None:
+        checked(found.payload, payload, "payload")
+
+
+def check_payload_for(provider: str, payload: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Limits that depend on the connection: a Mastodon instance's status length."""
+    if provider == "mastodon":
+        limit = int(settings.get("max_characters") or mastodon.DEFAULT_MAX_CHARACTERS)
+        if len(str(payload.get("status", ""))) > limit:
+            raise InputError(
+                f"payload.status: longer than this instance's {limit} characters",
+                field="payload.status",
+            )
+
+
+def check_connection(
+    provider: str, settings: dict[str, Any] | None, credentials: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+    """Settings and credentials of a connection, normalized; None stays None (a PATCH)."""
+    found = kind(provider)
+    out_settings = None
+    out_credentials = None
+    if settings is not None:
+        out_settings = checked(found.settings, settings, "settings").model_dump(
+            exclude_none=True, by_alias=True
+        )
+    if credentials is not None:
+        model = checked(found.credentials, credentials, "credentials")
+        out_credentials = {
+            k: str(v) for k, v in model.model_dump(exclude_none=True, by_alias=True).items()
+        }
+    return out_settings, out_credentials
+
+
+# Settings that are URLs a tenant chose: checked against private addresses when written.
+URL_SETTINGS: dict[str, tuple[str, ...]] = {
+    "webhook": ("url",),
+    "mastodon": ("instance_url",),
+    "bluesky": ("service_url",),
+}
+
+
+def url_settings(provider: str) -> tuple[str, ...]:
+    return URL_SETTINGS.get(provider, ())

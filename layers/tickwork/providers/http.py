@@ -1,0 +1,450 @@
+"""Outbound HTTP for every provider: one place for the rules a call out must keep.
+
+- A total deadline per call, not per read: every socket operation (connect, TLS, each write
+  and read) gets at most the time left, so a receiver trickling a byte at a time cannot hold
+  a call past it.
+- A bounded read: at most `max_body_bytes` of the response body are kept; the rest is never
+  read.
+- Destinations are checked: http(s) only, and every address a host resolves to must be public
+  (not private, loopback, link-local, shared, reserved or a cloud metadata address) unless the
+  operator allow-listed its network. The check runs when a URL is configured *and* when the
+  socket connects, on the very address connected to, so DNS rebinding cannot slip past it.
+- Nothing secret leaves: tenants see a status and a short sanitized excerpt; operators' logs
+  get more, redacted too.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import ipaddress
+import re
+import socket
+import ssl
+import time
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpcore
+import httpx
+
+from tickwork.errors import InputError
+from tickwork.observability import logger
+from tickwork.providers.base import Ambiguous, Outcome, Rejected, Transient
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024
+# No provider's Retry-After is honoured beyond this; the dispatcher caps backoff further.
+RETRY_AFTER_CAP_SECONDS = 86400.0
+EXCERPT_CHARS = 160
+LOG_EXCERPT_CHARS = 2000
+
+# Addresses that answer with cloud credentials, named even where a range rule covers them.
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200")
+)
+
+
+class UnsafeDestinationError(InputError):
+    """A URL that may not be called: not http(s), or resolving to a non-public address."""
+
+    code = "unsafe_url"
+
+
+# ------------------------------------------------------------------------------ policy
+
+
+@dataclass(frozen=True)
+class OutboundPolicy:
+    """Which destinations calls may reach: public addresses, plus the operator's allow-list
+    (the local runtime's own receiver, local fake servers)."""
+
+    allowed_networks: tuple[IPNetwork, ...] = ()
+
+    @classmethod
+    def allowing(cls, networks: Iterable[str]) -> OutboundPolicy:
+        try:
+            parsed = tuple(ipaddress.ip_network(n.strip(), strict=False) for n in networks)
+        except ValueError as exc:
+            raise UnsafeDestinationError(f"not a network: {exc}") from exc
+        return cls(parsed)
+
+    def refuses(self, address: IPAddress) -> str | None:
+        """Why `address` may not be called, or None when it may."""
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        if any(address in network for network in self.allowed_networks):
+            return None
+        if address in METADATA_ADDRESSES:
+            return "a cloud metadata address"
+        if address.is_loopback:
+            return "a loopback address"
+        if address.is_link_local:
+            return "a link-local address"
+        if address.is_private:
+            return "a private address"
+        if not address.is_global or address.is_multicast:
+            return "not a public address"
+        return None
+
+    def resolve(self, host: str, port: int) -> list[IPAddress]:
+        """Every address `host` resolves to, each checked; refused if any is not allowed."""
+        try:
+            literal = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            literal = None
+        if literal is not None:
+            addresses = [literal]
+        else:
+            try:
+                infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except (OSError, UnicodeError) as exc:
+                raise UnsafeDestinationError(f"host {host!r} does not resolve") from exc
+            addresses = list(
+                dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos)
+            )
+        if not addresses:
+            raise UnsafeDestinationError(f"host {host!r} does not resolve")
+        for address in addresses:
+            reason = self.refuses(address)
+            if reason is not None:
+                raise UnsafeDestinationError(
+                    f"host {host!r} resolves to {reason}; only public addresses may be called"
+                )
+        return addresses
+
+
+def check_url(url: str, policy: OutboundPolicy, *, resolve: bool = True) -> httpx.URL:
+    """A URL that may be configured: http(s), a host, and (resolving it) public addresses."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise UnsafeDestinationError("not a valid URL", field="url") from exc
+    if parsed.scheme not in ("http", "https"):
+        raise UnsafeDestinationError("only http and https URLs may be called", field="url")
+    if not parsed.host:
+        raise UnsafeDestinationError("the URL has no host", field="url")
+    if resolve:
+        try:
+            policy.resolve(parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80))
+        except UnsafeDestinationError as exc:
+            raise UnsafeDestinationError(exc.message, field="url") from exc
+    return parsed
+
+
+# -------------------------------------------------------------------- deadline + guard
+
+# When the current call must be over (time.monotonic()); None outside a call.
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "tickwork_http_deadline", default=None
+)
+
+
+def _bounded(timeout: float | None, error: type[Exception]) -> float | None:
+    deadline = _deadline.get()
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise error("the call's total deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self.inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.inner.read(max_bytes, _bounded(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.inner.write(buffer, _bounded(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        tls = self.inner.start_tls(
+            ssl_context, server_hostname, _bounded(timeout, httpcore.ConnectTimeout)
+        )
+        return _DeadlineStream(tls)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.inner.get_extra_info(info)
+
+
+class _GuardedBackend(httpcore.NetworkBackend):
+    """Resolves the host itself, refuses what the policy refuses, connects to the checked
+    address (TLS still verifies the host name), and bounds every operation by the deadline."""
+
+    def __init__(self, policy: OutboundPolicy) -> None:
+        self.policy = policy
+        self.inner = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        addresses = self.policy.resolve(host, port)
+        last: Exception | None = None
+        for address in addresses:
+            try:
+                stream = self.inner.connect_tcp(
+                    str(address), port, _bounded(timeout, httpcore.ConnectTimeout),
+                    local_address, socket_options,
+                )  # fmt: skip
+            except httpcore.ConnectError as exc:
+                last = exc
+                continue
+            return _DeadlineStream(stream)
+        raise last or httpcore.ConnectError(f"could not connect to {host}")
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        raise UnsafeDestinationError("unix sockets may not be called")
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
+
+
+class GuardedTransport(httpx.HTTPTransport):
+    def __init__(self, policy: OutboundPolicy) -> None:
+        super().__init__(retries=0)
+        # The same pool httpx builds, on a backend that checks every address it connects to.
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(),
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
+            network_backend=_GuardedBackend(policy),
+        )
+
+
+def client(policy: OutboundPolicy, timeout: float) -> httpx.Client:
+    """An httpx client that keeps the rules: no proxies from the environment (the address
+    check must see the real destination), no redirects, uncompressed answers asked for."""
+    return httpx.Client(
+        transport=GuardedTransport(policy),
+        timeout=timeout,
+        follow_redirects=False,
+        trust_env=False,
+        headers={"accept-encoding": "identity", "user-agent": "Tickwork"},
+    )
+
+
+# ------------------------------------------------------------------------------- calls
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: httpx.Headers
+    body: bytes  # at most max_body_bytes
+    truncated: bool = False
+
+    def json(self) -> Any:
+        """The body as JSON, or None when it is not (or was cut)."""
+        import json
+
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
+
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+
+def _decoded(raw: bytes, encoding: str, limit: int) -> bytes:
+    """Undo gzip/deflate if a server compressed anyway, never expanding past `limit`."""
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        try:
+            return zlib.decompressobj(wbits=47).decompress(raw, limit)
+        except zlib.error:
+            return b""
+    return raw[:limit]
+
+
+def call(
+    http: httpx.Client,
+    method: str,
+    url: str,
+    *,
+    total_seconds: float,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    **kwargs: Any,
+) -> Reply:
+    """One request, over within `total_seconds` from now, keeping a bounded body prefix.
+    Raises httpx errors and UnsafeDestinationError; `outcome_of_error` classifies them."""
+    token = _deadline.set(time.monotonic() + total_seconds)
+    try:
+        with http.stream(method, url, **kwargs) as response:
+            raw = bytearray()
+            truncated = False
+            for chunk in response.iter_raw():
+                raw.extend(chunk)
+                if len(raw) > max_body_bytes:
+                    truncated = True
+                    break
+            encoding = response.headers.get("content-encoding", "").strip().lower()
+            body = _decoded(bytes(raw), encoding, max_body_bytes)
+            return Reply(response.status_code, response.headers, body, truncated)
+    finally:
+        _deadline.reset(token)
+
+
+def outcome_of_error(exc: Exception, where: str) -> Outcome:
+    """What a failed call means. `where` is the public form of the destination."""
+    if isinstance(exc, UnsafeDestinationError):
+        return Rejected("unsafe_url", f"{where}: {exc.message}")
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+        # Nothing was sent: no connection was made.
+        return Transient(f"could not connect to {where} ({type(exc).__name__})")
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+        return Rejected("invalid_url", f"{where}: not a callable URL")
+    return Ambiguous(f"request to {where} may have arrived ({type(exc).__name__})")
+
+
+# ------------------------------------------------------------------------- retry-after
+
+
+def retry_after_seconds(
+    value: str | None, now: datetime | None = None, cap: float = RETRY_AFTER_CAP_SECONDS
+) -> float | None:
+    """Retry-After as seconds (delta-seconds or an HTTP-date), within [0, cap]; None when
+    absent or unreadable. Never raises, whatever the header holds."""
+    if not value:
+        return None
+    value = value.strip()
+    if re.fullmatch(r"[0-9]+", value, re.ASCII):
+        # A long digit string is beyond the cap anyway (and int() refuses > 4300 digits).
+        return cap if len(value) > 12 else min(float(int(value)), cap)
+    try:
+        when = parsedate_to_datetime(value)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    return min(max(0.0, seconds), cap)
+
+
+def reset_after_seconds(
+    value: str | None, now: datetime | None = None, cap: float = RETRY_AFTER_CAP_SECONDS
+) -> float | None:
+    """A rate-limit reset header: Unix seconds, or an ISO 8601 time; as seconds from now."""
+    if not value:
+        return None
+    value = value.strip()
+    current = now or datetime.now(UTC)
+    try:
+        if re.fullmatch(r"[0-9]{1,12}(\.[0-9]+)?", value, re.ASCII):
+            seconds = float(value) - current.timestamp()
+        else:
+            when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            seconds = (when - current).total_seconds()
+    except (ValueError, OverflowError):
+        return None
+    return min(max(0.0, seconds), cap)
+
+
+# ------------------------------------------------------------------------- sanitizing
+
+
+def public_url(url: str | httpx.URL) -> str:
+    """What a tenant may see of a URL: scheme, host and port. Paths and queries can carry
+    tokens (Slack's incoming webhooks do), userinfo carries passwords."""
+    try:
+        parsed = httpx.URL(str(url))
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return "the configured URL"
+    port = f":{parsed.port}" if parsed.port else ""
+    return f"{parsed.scheme}://{parsed.host}{port}" if parsed.host else "the configured URL"
+
+
+def redacted_url(url: str | httpx.URL) -> str:
+    """What the operator's log may keep: the path too, but no userinfo and no query values."""
+    try:
+        parsed = httpx.URL(str(url))
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return "[unparsable url]"
+    query = "&".join(f"{k}=***" for k in dict(parsed.params)) if parsed.query else ""
+    return public_url(parsed) + parsed.path + (f"?{query}" if query else "")
+
+
+_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>]+")
+_SECRETISH = re.compile(
+    r"(?i)((?:pass(?:word)?|secret|token|api[_-]?key|auth(?:orization)?|bearer|sig(?:nature)?"
+    r"|credential|session|cookie)[\"']?\s*[:=]\s*[\"']?(?:bearer\s+|basic\s+)?)[^\s\"',;&}]+"
+)
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
+_LONG_TOKEN = re.compile(r"[A-Za-z0-9_+/=.-]{40,}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+
+
+def sanitize(text: str, secrets: Iterable[str] = (), limit: int = EXCERPT_CHARS) -> str:
+    """A bounded excerpt safe to show: known secret values, URL secrets, key=value secrets,
+    bearer tokens and long token-like strings removed; control characters flattened."""
+    for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, "[redacted]")
+    text = _URL.sub(lambda m: public_url(m.group(0)), text)
+    text = _SECRETISH.sub(lambda m: m.group(1) + "[redacted]", text)
+    text = _BEARER.sub(lambda m: m.group(1) + " [redacted]", text)
+    text = _LONG_TOKEN.sub("[redacted]", text)
+    text = " ".join(_CONTROL.sub(" ", text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """Secrets of one call (tokens, passwords), removed from anything shown or logged."""
+
+    secrets: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def of(cls, *values: object) -> Redactor:
+        found: list[str] = []
+        for value in values:
+            if isinstance(value, str):
+                found.append(value)
+            elif isinstance(value, Mapping):
+                found.extend(str(v) for v in value.values() if isinstance(v, str))
+        return cls(tuple(found))
+
+    def tenant(self, text: str) -> str:
+        return sanitize(text, self.secrets, EXCERPT_CHARS)
+
+    def operator(self, text: str) -> str:
+        return sanitize(text, self.secrets, LOG_EXCERPT_CHARS)
+
+
+def log_answer(
+    provider: str, action_id: object, where: str, reply: Reply | None, redactor: Redactor,
+    error: Exception | None = None,
+) -> None:  # fmt: skip
+    """The full (redacted) story of an unsuccessful call, for the operator only."""
+    extra: dict[str, Any] = {"provider": provider, "action_id": str(action_id), "url": where}
+    if reply is not None:
+        extra |= {"status": reply.status, "body": redactor.operator(reply.text()),
+                  "truncated": reply.truncated}  # fmt: skip
+    if error is not None:
+        extra["error"] = redactor.operator(f"{type(error).__name__}: {error}")
+    logger.warning("provider call did not succeed", extra=extra)

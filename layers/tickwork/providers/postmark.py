@@ -1,0 +1,192 @@
+"""Postmark: `POST /email` with the server token in `X-Postmark-Server-Token`.
+
+Success is HTTP 200 with `ErrorCode: 0`; its `MessageID` is the provider id. Postmark has no
+idempotency key, so the action id goes in `Metadata.tickwork_action_id`, where
+`GET /messages/outbound?metadata_tickwork_action_id=...` finds the message later.
+
+| answer | outcome |
+|---|---|
+| 200, ErrorCode 0 | delivered (MessageID) |
+| 401, or ErrorCode 10 | rejected `auth_failed` |
+| 422 ErrorCode 300 | rejected `invalid_request` |
+| 422 ErrorCode 406 | rejected `inactive_recipient` |
+| 422 ErrorCode 400, 401 | rejected `sender_not_confirmed` |
+| 422 ErrorCode 405, 412, 413 | rejected `account_cannot_send` |
+| 422 ErrorCode 1235 | rejected `invalid_message_stream` |
+| 422 other codes, other 4xx | rejected `provider_rejected` |
+| 429 | transient (rate limited; Retry-After honoured) |
+| 503 | transient (maintenance: not accepted) |
+| 500, other 5xx, timeouts after sending | ambiguous (no idempotency key: fails as `ambiguous`) |
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from tickwork.actions import Action
+from tickwork.providers.base import (
+    Ambiguous,
+    Delivered,
+    Outcome,
+    Rejected,
+    Transient,
+    Verified,
+    Via,
+)
+from tickwork.providers.http import Redactor, Reply, retry_after_seconds
+from tickwork.providers.rest import RestProvider, field, unanswered
+from tickwork.providers.schema import Schema, mailbox
+
+MAX_RECIPIENTS = 50
+REJECTIONS = {
+    10: "auth_failed",
+    300: "invalid_request",
+    406: "inactive_recipient",
+    400: "sender_not_confirmed",
+    401: "sender_not_confirmed",
+    405: "account_cannot_send",
+    412: "account_cannot_send",
+    413: "account_cannot_send",
+    1235: "invalid_message_stream",
+}
+
+
+class Settings(Schema):
+    from_address: str = Field(
+        alias="from", min_length=3, max_length=300,
+        description="default sender, a confirmed sender signature",
+    )  # fmt: skip
+    message_stream: str | None = Field(default=None, max_length=100)
+
+    @field_validator("from_address")
+    @classmethod
+    def _from(cls, value: str) -> str:
+        return mailbox(value)
+
+
+class Credentials(Schema):
+    server_token: str = Field(min_length=8, max_length=200)
+
+
+def _mailboxes(items: list[str]) -> list[str]:
+    return [mailbox(item) for item in items]
+
+
+class Payload(Schema):
+    to: list[str] = Field(min_length=1, description="an address or a list (at most 50 in all)")
+    cc: list[str] | None = None
+    bcc: list[str] | None = None
+    subject: str = Field(min_length=1, max_length=2000)
+    text: str | None = Field(default=None, max_length=5_000_000)
+    html: str | None = Field(default=None, max_length=5_000_000)
+    tag: str | None = Field(default=None, max_length=1000)
+    reply_to: str | None = None
+    message_stream: str | None = Field(default=None, max_length=100)
+    from_address: str | None = Field(default=None, alias="from")
+    metadata: dict[str, str] | None = Field(default=None, max_length=10)
+
+    @field_validator("to", "cc", "bcc", mode="before")
+    @classmethod
+    def _lists(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return _mailboxes(value)
+        return value
+
+    @field_validator("reply_to", "from_address")
+    @classmethod
+    def _one(cls, value: str | None) -> str | None:
+        return None if value is None else mailbox(value)
+
+    @model_validator(mode="after")
+    def _body_and_count(self) -> Payload:
+        if not self.text and not self.html:
+            raise ValueError("give text or html (or both): an email needs a body")
+        count = sum(len(x) for x in (self.to, self.cc or [], self.bcc or []))
+        if count > MAX_RECIPIENTS:
+            raise ValueError(f"at most {MAX_RECIPIENTS} recipients in to, cc and bcc together")
+        return self
+
+
+def request_body(action: Action, via: Via) -> dict[str, Any]:
+    payload = Payload.model_validate(action.payload)
+    body: dict[str, Any] = {
+        "From": payload.from_address or via.settings["from"],
+        "To": ", ".join(payload.to),
+        "Subject": payload.subject,
+        "Metadata": {**(payload.metadata or {}), "tickwork_action_id": str(action.id)},
+    }
+    optional = {
+        "Cc": ", ".join(payload.cc) if payload.cc else None,
+        "Bcc": ", ".join(payload.bcc) if payload.bcc else None,
+        "TextBody": payload.text,
+        "HtmlBody": payload.html,
+        "Tag": payload.tag,
+        "ReplyTo": payload.reply_to,
+        "MessageStream": payload.message_stream or via.settings.get("message_stream"),
+    }
+    return body | {key: value for key, value in optional.items() if value is not None}
+
+
+def outcome(reply: Reply, redactor: Redactor) -> Outcome:
+    body = reply.json()
+    code = field(body, "ErrorCode")
+    message = redactor.tenant(str(field(body, "Message") or ""))
+    detail = f"Postmark HTTP {reply.status}" + (f" ErrorCode {code}" if code is not None else "")
+    detail += f": {message}" if message else ""
+    if reply.status == 200 and code in (0, None) and field(body, "MessageID"):
+        return Delivered(str(field(body, "MessageID")))
+    if reply.status == 429:
+        return Transient(detail, retry_after_seconds(reply.headers.get("retry-after")))
+    if reply.status == 503:
+        return Transient(detail, retry_after_seconds(reply.headers.get("retry-after")))
+    if reply.status >= 500 or reply.status == 200:
+        # A 200 without a MessageID is not an answer we understand: it may have gone.
+        return Ambiguous(detail)
+    if reply.status == 401 or code == 10:
+        return Rejected("auth_failed", detail)
+    if isinstance(code, int) and code in REJECTIONS:
+        return Rejected(REJECTIONS[code], detail)
+    return Rejected("provider_rejected", detail)
+
+
+class PostmarkProvider(RestProvider):
+    name = "postmark"
+    default_api_url = "https://api.postmarkapp.com"
+    idempotent = False
+
+    def _headers(self, via: Via) -> dict[str, str]:
+        return {"accept": "application/json", "content-type": "application/json",
+                "x-postmark-server-token": via.credentials["server_token"]}  # fmt: skip
+
+    def send(self, action: Action, via: Via | None = None) -> Outcome:
+        if via is None:
+            return Rejected("connection_required", "Postmark sends only through a connection")
+        redactor = Redactor.of(via.credentials)
+        url = f"{self.api_url}/email"
+        body, headers = request_body(action, via), self._headers(via)
+        reply = self.request(action.id, "POST", url, redactor, json=body, headers=headers)
+        if not isinstance(reply, Reply):
+            return reply
+        result = outcome(reply, redactor)
+        if not isinstance(result, Delivered):
+            self.log(action.id, url, reply, redactor)
+        return result
+
+    def verify(self, via: Via) -> Verified:
+        redactor = Redactor.of(via.credentials)
+        reply = self.request("verify", "GET", f"{self.api_url}/server", redactor,
+                             headers=self._headers(via))  # fmt: skip
+        if not isinstance(reply, Reply):
+            return Verified(False, f"Postmark could not be reached: {unanswered(reply)}")
+        body = reply.json()
+        if reply.status == 200:
+            return Verified(True, "the server token works", str(field(body, "Name") or ""))
+        if reply.status == 401:
+            return Verified(False, "Postmark refused the server token: check it is the"
+                            " Server API token of the right server")  # fmt: skip
+        return Verified(False, f"Postmark answered HTTP {reply.status}:"
+                        f" {redactor.tenant(str(field(body, 'Message') or ''))}")  # fmt: skip

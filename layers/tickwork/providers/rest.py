@@ -1,0 +1,64 @@
+"""What the HTTP API providers share: a guarded client with a total deadline, the base URL
+(the provider's own, or the operator's override, e.g. a local fake server), and one call
+that either answers or says what a failure to get an answer means."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tickwork.actions import Action
+from tickwork.providers import http
+from tickwork.providers.base import Outcome, ProviderError, Via
+from tickwork.providers.http import OutboundPolicy, Redactor, Reply
+
+
+class RestProvider:
+    name = "rest"
+    default_api_url = ""
+    idempotent = False
+    io_bound = True
+
+    def __init__(
+        self,
+        options: dict[str, Any],
+        timeout: float = 10.0,
+        policy: OutboundPolicy | None = None,
+        max_body_bytes: int = http.DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        self.policy = policy or OutboundPolicy()
+        api_url = str(options.get("api_url") or self.default_api_url).rstrip("/")
+        try:
+            http.check_url(api_url, self.policy, resolve=False)
+        except http.UnsafeDestinationError as exc:
+            raise ProviderError(f"{self.name} options.api_url: {exc.message}") from exc
+        self.api_url = api_url
+        self.timeout = timeout
+        self.max_body_bytes = max_body_bytes
+        self.client = http.client(self.policy, timeout)
+
+    def request(
+        self, action_id: object, method: str, url: str, redactor: Redactor, **kwargs: Any
+    ) -> Reply | Outcome:
+        """The reply, or the outcome of not getting one (logged for the operator)."""
+        try:
+            return http.call(
+                self.client, method, url, total_seconds=self.timeout,
+                max_body_bytes=self.max_body_bytes, **kwargs,
+            )  # fmt: skip
+        except Exception as exc:
+            http.log_answer(self.name, action_id, http.redacted_url(url), None, redactor, exc)
+            return http.outcome_of_error(exc, http.public_url(url))
+
+    def send(self, action: Action, via: Via | None = None) -> Outcome:
+        raise NotImplementedError
+
+    def log(self, action_id: object, url: str, reply: Reply, redactor: Redactor) -> None:
+        http.log_answer(self.name, action_id, http.redacted_url(url), reply, redactor)
+
+
+def field(body: Any, name: str) -> Any:
+    return body.get(name) if isinstance(body, dict) else None
+
+
+def unanswered(outcome: Outcome) -> str:
+    return str(getattr(outcome, "message", "no answer"))

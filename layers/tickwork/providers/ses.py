@@ -1,0 +1,223 @@
+"""Amazon SES v2 `SendEmail` through boto3, with the workspace's own AWS credentials (an IAM
+user allowed `ses:SendEmail`) and region. `MessageId` is the provider id; the action id goes
+in `EmailTags` (`tickwork_action_id`) so the message can be found in SES event records.
+botocore's own retries are off: a retry after a timeout could send twice.
+
+| answer | outcome |
+|---|---|
+| `MessageId` | delivered |
+| `MessageRejected` | rejected `message_rejected` |
+| `MailFromDomainNotVerifiedException` | rejected `mail_from_not_verified` |
+| `AccountSuspendedException` | rejected `account_suspended` |
+| `SendingPausedException` | rejected `sending_paused` |
+| `BadRequestException` | rejected `invalid_request` |
+| `NotFoundException` | rejected `not_found` (e.g. the configuration set) |
+| invalid or unauthorized credentials | rejected `auth_failed` |
+| `TooManyRequestsException`, `LimitExceededException`, throttling | transient |
+| could not connect | transient |
+| 5xx, read timeouts | ambiguous (no idempotency key: fails as `ambiguous`) |
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from tickwork.actions import Action
+from tickwork.providers.base import (
+    Ambiguous,
+    Delivered,
+    Outcome,
+    Rejected,
+    Transient,
+    Verified,
+    Via,
+)
+from tickwork.providers.http import Redactor
+from tickwork.providers.postmark import Payload as EmailPayload
+from tickwork.providers.schema import Schema, mailbox
+
+REJECTIONS = {
+    "MessageRejected": "message_rejected",
+    "MailFromDomainNotVerifiedException": "mail_from_not_verified",
+    "AccountSuspendedException": "account_suspended",
+    "SendingPausedException": "sending_paused",
+    "BadRequestException": "invalid_request",
+    "NotFoundException": "not_found",
+}
+AUTH = frozenset({"UnrecognizedClientException", "InvalidClientTokenId", "AccessDenied",
+                  "AccessDeniedException", "SignatureDoesNotMatch", "ExpiredToken"})  # fmt: skip
+TRANSIENT = frozenset({"TooManyRequestsException", "LimitExceededException", "Throttling",
+                       "ThrottlingException"})  # fmt: skip
+TAG_VALUE = re.compile(r"[^A-Za-z0-9_.@-]")
+
+
+class Settings(Schema):
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]$")
+    from_address: str = Field(alias="from", min_length=3, max_length=320)
+    configuration_set: str | None = Field(default=None, max_length=64)
+
+    @field_validator("from_address")
+    @classmethod
+    def _from(cls, value: str) -> str:
+        return mailbox(value)
+
+
+class Credentials(Schema):
+    access_key_id: str = Field(pattern=r"^[A-Z0-9]{16,128}$")
+    secret_access_key: str = Field(min_length=16, max_length=128)
+
+
+class Payload(EmailPayload):
+    """As Postmark's: to/cc/bcc, subject, text and/or html, tag, reply_to."""
+
+
+def _code(exc: Exception) -> str:
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def _status(exc: Exception) -> int:
+    response = getattr(exc, "response", None) or {}
+    return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+def outcome_of_error(exc: Exception, redactor: Redactor) -> Outcome:
+    from botocore.exceptions import (
+        ClientError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+        NoCredentialsError,
+    )
+
+    if isinstance(exc, EndpointConnectionError | ConnectTimeoutError):
+        return Transient("could not connect to SES")
+    if isinstance(exc, NoCredentialsError):
+        return Rejected("auth_failed", "the SES connection has no credentials")
+    if not isinstance(exc, ClientError):
+        return Ambiguous(f"the SES call may have arrived ({type(exc).__name__})")
+    code = _code(exc)
+    detail = f"SES {code}: {redactor.tenant(str(exc.response.get('Error', {}).get('Message', '')))}"
+    if code in REJECTIONS:
+        return Rejected(REJECTIONS[code], detail)
+    if code in AUTH:
+        return Rejected("auth_failed", detail)
+    if code in TRANSIENT:
+        return Transient(detail)
+    if _status(exc) >= 500 or not _status(exc):
+        return Ambiguous(detail)
+    return Rejected("provider_rejected", detail)
+
+
+class SesProvider:
+    name = "ses"
+    idempotent = False
+    io_bound = True
+
+    def __init__(self, options: dict[str, Any], timeout: float = 10.0) -> None:
+        # An endpoint override is for tests and local stand-ins only (operator-configured).
+        self.endpoint_url = options.get("endpoint_url")
+        self.timeout = timeout
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def client(self, via: Via) -> Any:
+        """One boto3 client per connection and credentials (clients are thread-safe)."""
+        import boto3
+        from botocore.config import Config
+
+        key = hashlib.sha256(
+            f"{via.id}:{via.settings['region']}:{via.credentials['access_key_id']}:"
+            f"{via.credentials['secret_access_key']}".encode()
+        ).hexdigest()
+        with self._lock:
+            found = self._clients.get(key)
+            if found is None:
+                found = boto3.client(
+                    "sesv2",
+                    region_name=via.settings["region"],
+                    aws_access_key_id=via.credentials["access_key_id"],
+                    aws_secret_access_key=via.credentials["secret_access_key"],
+                    endpoint_url=self.endpoint_url,
+                    config=Config(
+                        connect_timeout=self.timeout,
+                        read_timeout=self.timeout,
+                        retries={"total_max_attempts": 1},
+                    ),
+                )
+                self._clients[key] = found
+            return found
+
+    def send(self, action: Action, via: Via | None = None) -> Outcome:
+        if via is None:
+            return Rejected("connection_required", "SES sends only through a connection")
+        payload = Payload.model_validate(action.payload)
+        body: dict[str, Any] = {}
+        if payload.text:
+            body["Text"] = {"Data": payload.text, "Charset": "UTF-8"}
+        if payload.html:
+            body["Html"] = {"Data": payload.html, "Charset": "UTF-8"}
+        tags = [{"Name": "tickwork_action_id", "Value": str(action.id)}]
+        if payload.tag:
+            tags.append({"Name": "tag", "Value": TAG_VALUE.sub("_", payload.tag)[:256]})
+        request: dict[str, Any] = {
+            "FromEmailAddress": payload.from_address or via.settings["from"],
+            "Destination": {
+                "ToAddresses": payload.to,
+                "CcAddresses": payload.cc or [],
+                "BccAddresses": payload.bcc or [],
+            },
+            "Content": {
+                "Simple": {"Subject": {"Data": payload.subject, "Charset": "UTF-8"}, "Body": body}
+            },
+            "EmailTags": tags,
+        }
+        if payload.reply_to:
+            request["ReplyToAddresses"] = [payload.reply_to]
+        if via.settings.get("configuration_set"):
+            request["ConfigurationSetName"] = via.settings["configuration_set"]
+        redactor = Redactor.of(via.credentials)
+        try:
+            answer = self.client(via).send_email(**request)
+        except Exception as exc:
+            from tickwork.observability import logger
+
+            logger.warning("provider call did not succeed", extra={
+                "provider": "ses", "action_id": str(action.id), "code": _code(exc),
+                "error": redactor.operator(f"{type(exc).__name__}: {exc}")})  # fmt: skip
+            return outcome_of_error(exc, redactor)
+        message_id = answer.get("MessageId")
+        if not message_id:
+            return Ambiguous("SES answered without a MessageId")
+        return Delivered(str(message_id))
+
+    def verify(self, via: Via) -> Verified:
+        """The sender identity: is it verified for sending from this account and region?"""
+        address = str(via.settings.get("from", ""))
+        sender = address.rsplit("<", 1)[-1].rstrip(">")
+        redactor = Redactor.of(via.credentials)
+        client = self.client(via)
+        for identity in (sender, sender.rsplit("@", 1)[-1]):
+            try:
+                found = client.get_email_identity(EmailIdentity=identity)
+            except Exception as exc:
+                code = _code(exc)
+                if code == "NotFoundException":
+                    continue
+                if code in AUTH:
+                    return Verified(
+                        False,
+                        "AWS refused the access key: check the key id, its secret, and that"
+                        " it may call ses:GetEmailIdentity",
+                    )
+                return Verified(False, f"SES answered {code or type(exc).__name__}:"
+                                f" {redactor.tenant(str(exc))}")  # fmt: skip
+            if found.get("VerifiedForSendingStatus"):
+                return Verified(True, f"{identity} may send", identity)
+            return Verified(False, f"{identity} is not verified for sending in SES yet")
+        return Verified(False, f"neither {sender} nor its domain is an SES identity in"
+                        f" {via.settings.get('region')}")  # fmt: skip

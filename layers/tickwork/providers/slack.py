@@ -1,0 +1,151 @@
+"""Slack: `chat.postMessage` with a bot token (`Authorization: Bearer xoxb-...`). Slack answers
+HTTP 200 with `ok` and, when false, an `error` string; `ts` of the posted message is the
+provider id. Message `metadata` carries the action id (`tickwork_action_id`).
+
+Outcomes:
+- `ok: true`: delivered (ts).
+- rejected with Slack's own code: channel_not_found, not_in_channel, is_archived,
+  msg_too_long, no_text, too_many_attachments, restricted_action, invalid_blocks,
+  invalid_metadata_format, cannot_reply_to_message, duplicate_channel_not_found,
+  invalid_arguments.
+- rejected `auth_failed`: invalid_auth, not_authed, account_inactive, token_revoked,
+  token_expired, missing_scope, no_permission; other errors: rejected `provider_rejected`.
+- transient: HTTP 429, ratelimited, rate_limited (Retry-After honoured), service_unavailable.
+- ambiguous (Slack says the message may have posted; fails as `ambiguous`): fatal_error,
+  internal_error, request_timeout, HTTP 5xx.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from tickwork.actions import Action
+from tickwork.providers.base import (
+    Ambiguous,
+    Delivered,
+    Outcome,
+    Rejected,
+    Transient,
+    Verified,
+    Via,
+)
+from tickwork.providers.http import Redactor, Reply, retry_after_seconds
+from tickwork.providers.rest import RestProvider, field, unanswered
+from tickwork.providers.schema import Schema
+
+MAX_TEXT = 40000
+REJECTIONS = frozenset({
+    "channel_not_found", "not_in_channel", "is_archived", "msg_too_long", "no_text",
+    "too_many_attachments", "restricted_action", "invalid_blocks", "invalid_metadata_format",
+    "cannot_reply_to_message", "duplicate_channel_not_found", "invalid_arguments",
+})  # fmt: skip
+AUTH = frozenset({
+    "invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired",
+    "missing_scope", "no_permission", "ekm_access_denied",
+})  # fmt: skip
+RATE_LIMITED = frozenset({"ratelimited", "rate_limited"})
+NOT_PROCESSED = frozenset({"service_unavailable"})
+MAYBE_POSTED = frozenset({"fatal_error", "internal_error", "request_timeout"})
+
+
+class Settings(Schema):
+    default_channel: str | None = Field(default=None, min_length=1, max_length=100)
+
+
+class Credentials(Schema):
+    bot_token: str = Field(min_length=10, max_length=300, pattern=r"^xox[bpe]-")
+
+
+class Payload(Schema):
+    channel: str | None = Field(
+        default=None, min_length=1, max_length=100,
+        description="channel id (C…) or name; default: the connection's",
+    )  # fmt: skip
+    text: str | None = Field(default=None, max_length=MAX_TEXT)
+    blocks: list[dict[str, Any]] | None = Field(default=None, max_length=50)
+    thread_ts: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+$")
+
+    @model_validator(mode="after")
+    def _content(self) -> Payload:
+        if not self.text and not self.blocks:
+            raise ValueError("give text (or blocks): a message needs content")
+        return self
+
+
+def outcome(reply: Reply, redactor: Redactor) -> Outcome:
+    body = reply.json()
+    retry_after = retry_after_seconds(reply.headers.get("retry-after"))
+    if reply.status == 429:
+        return Transient("Slack rate limited the call (HTTP 429)", retry_after)
+    if reply.status >= 500:
+        return Ambiguous(f"Slack HTTP {reply.status}")
+    if reply.status == 200 and field(body, "ok") is True and field(body, "ts"):
+        return Delivered(str(field(body, "ts")))
+    error = str(field(body, "error") or f"http_{reply.status}")
+    detail = f"Slack error {redactor.tenant(error)}"
+    if error in RATE_LIMITED:
+        return Transient(detail, retry_after)
+    if error in NOT_PROCESSED:
+        return Transient(detail, retry_after)
+    if error in MAYBE_POSTED or (reply.status == 200 and field(body, "ok") is True):
+        return Ambiguous(detail)
+    if error in AUTH:
+        return Rejected("auth_failed", detail)
+    if error in REJECTIONS:
+        return Rejected(error, detail)
+    return Rejected("provider_rejected", detail)
+
+
+class SlackProvider(RestProvider):
+    name = "slack"
+    default_api_url = "https://slack.com/api"
+    idempotent = False
+
+    @staticmethod
+    def _headers(via: Via) -> dict[str, str]:
+        return {"authorization": f"Bearer {via.credentials['bot_token']}",
+                "content-type": "application/json; charset=utf-8"}  # fmt: skip
+
+    def send(self, action: Action, via: Via | None = None) -> Outcome:
+        if via is None:
+            return Rejected("connection_required", "Slack sends only through a connection")
+        payload = Payload.model_validate(action.payload)
+        channel = payload.channel or via.settings.get("default_channel")
+        if not channel:
+            return Rejected("channel_not_found", "no channel in the payload or the connection")
+        message: dict[str, Any] = {
+            "channel": channel,
+            "metadata": {"event_type": "tickwork_action",
+                         "event_payload": {"tickwork_action_id": str(action.id)}},
+        }  # fmt: skip
+        for key in ("text", "blocks", "thread_ts"):
+            value = getattr(payload, key)
+            if value is not None:
+                message[key] = value
+        redactor = Redactor.of(via.credentials)
+        url = f"{self.api_url}/chat.postMessage"
+        headers = self._headers(via)
+        reply = self.request(action.id, "POST", url, redactor, json=message, headers=headers)
+        if not isinstance(reply, Reply):
+            return reply
+        result = outcome(reply, redactor)
+        if not isinstance(result, Delivered):
+            self.log(action.id, url, reply, redactor)
+        return result
+
+    def verify(self, via: Via) -> Verified:
+        redactor = Redactor.of(via.credentials)
+        reply = self.request("verify", "POST", f"{self.api_url}/auth.test", redactor,
+                             headers=self._headers(via))  # fmt: skip
+        if not isinstance(reply, Reply):
+            return Verified(False, f"Slack could not be reached: {unanswered(reply)}")
+        body = reply.json()
+        if reply.status == 200 and field(body, "ok") is True:
+            return Verified(True, "the bot token works", str(field(body, "team") or ""))
+        error = redactor.tenant(str(field(body, "error") or f"HTTP {reply.status}"))
+        if error in AUTH:
+            return Verified(False, f"Slack refused the bot token ({error}): reinstall the app"
+                            " or copy its Bot User OAuth Token again")  # fmt: skip
+        return Verified(False, f"Slack answered {error}")

@@ -1,0 +1,147 @@
+"""Mastodon over real HTTP on loopback against a fake instance: the documented request with
+its Idempotency-Key, one test per row of the error table, and an ambiguous attempt retried
+through the dispatcher without a second post."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.engine import drain, row
+from tests.fakes import LOOPBACK, a_via, an_action
+from tests.fakes.mastodon import TOKEN, FakeMastodon
+from tests.fakes.server import Answer
+from tickwork import actions, connections
+from tickwork.actions import NewAction
+from tickwork.config import ActionTypeConfig
+from tickwork.connections.secrets import MemorySecretStore
+from tickwork.errors import InputError
+from tickwork.providers.base import Ambiguous, Delivered, Rejected, Transient
+from tickwork.providers.mastodon import MastodonProvider
+from tickwork.tick import run_tick
+
+
+@pytest.fixture
+def instance() -> Iterator[FakeMastodon]:
+    fake = FakeMastodon()
+    yield fake
+    fake.close()
+
+
+def provider() -> MastodonProvider:
+    return MastodonProvider({}, timeout=2.0, policy=LOOPBACK)
+
+
+def via(fake: FakeMastodon, token: str = TOKEN):
+    return a_via("mastodon", {"instance_url": fake.url, "max_characters": 500},
+                 {"access_token": token})  # fmt: skip
+
+
+def test_the_documented_request_with_the_action_id_as_idempotency_key(instance):
+    action = an_action(payload={"status": "Hello fediverse", "visibility": "unlisted"})
+    outcome = provider().send(action, via(instance))
+    assert isinstance(outcome, Delivered)
+    [sent] = instance.to("/api/v1/statuses")
+    assert sent.headers["authorization"] == f"Bearer {TOKEN}"
+    assert sent.headers["idempotency-key"] == str(action.id)
+    assert sent.json() == {"status": "Hello fediverse", "visibility": "unlisted"}
+    assert outcome.provider_id == instance.statuses[0]["id"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "kind", "code"),
+    [
+        (Answer(401, {"error": "The access token is invalid"}), Rejected, "auth_failed"),
+        (Answer(403, {"error": "Your login is currently disabled"}), Rejected, "forbidden"),
+        (Answer(404, {"error": "Record not found"}), Rejected, "not_found"),
+        (Answer(422, {"error": "Validation failed: Text character limit of 500 exceeded"}),
+         Rejected, "validation_failed"),
+        (Answer(410, {"error": "gone"}), Rejected, "provider_rejected"),
+        (Answer(429, {"error": "Too many requests"}), Transient, None),
+        (Answer(500, {"error": "oops"}), Ambiguous, None),
+        (Answer(503, "<html>busy</html>"), Ambiguous, None),
+    ],
+)  # fmt: skip
+def test_error_table(instance, answer, kind, code):
+    instance.then("/api/v1/statuses", answer)
+    outcome = provider().send(an_action(payload={"status": "hi"}), via(instance))
+    assert isinstance(outcome, kind), outcome
+    if code:
+        assert isinstance(outcome, Rejected)
+        assert outcome.code == code
+
+
+def test_429_honours_x_ratelimit_reset(instance):
+    reset = (datetime.now(UTC) + timedelta(seconds=120)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    instance.then("/api/v1/statuses", Answer(429, {"error": "Too many requests"},
+                                             {"x-ratelimit-reset": reset}))  # fmt: skip
+    outcome = provider().send(an_action(payload={"status": "hi"}), via(instance))
+    assert isinstance(outcome, Transient)
+    assert outcome.retry_after is not None
+    assert 110 < outcome.retry_after <= 120
+
+
+def test_a_status_over_the_instances_limit_is_refused_unsent(instance):
+    outcome = provider().send(an_action(payload={"status": "x" * 501}), via(instance))
+    assert isinstance(outcome, Rejected)
+    assert instance.requests == []
+
+
+def test_verify_credentials(instance):
+    ok = provider().verify(via(instance))
+    assert (ok.ok, ok.account) == (True, "tickwork")
+    assert not provider().verify(via(instance, "wrong-token-0000")).ok
+
+
+def test_an_ambiguous_attempt_is_retried_without_a_second_post(
+    conn, workspace, runtime, instance, now
+):
+    # Given a Mastodon action type and a workspace connection to the fake instance
+    runtime.settings = runtime.settings.model_copy(update={
+        "action_types": {"mastodon_post": ActionTypeConfig(provider="mastodon")},
+        "backoff_base_seconds": 0.05,
+    })  # fmt: skip
+    runtime.providers.register("mastodon_post", provider())
+    connection = connections.create(
+        conn, workspace, name="Toots", provider="mastodon",
+        settings={"instance_url": instance.url}, credentials={"access_token": TOKEN},
+        store=runtime.secrets, created_by=None,
+    )  # fmt: skip
+    scheduled = actions.schedule(conn, workspace, NewAction(
+        action_type="mastodon_post", target_key="main", publish_at=now,
+        payload={"status": "Launch day!"}, connection_id=connection.id,
+    ), runtime.settings, now)  # fmt: skip
+    # When the first attempt posts but its answer is lost (503), and the dispatcher retries
+    instance.lose_answers = 1
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        run_tick(conn, runtime.queues, runtime.settings)
+        drain(runtime, "mastodon_post", wait=0.1)
+        current = row(conn, scheduled.action.id)
+        if current["status"] in ("published", "failed"):
+            break
+    # Then the row is published after two attempts and the instance holds one post
+    assert (current["status"], current["attempt_count"]) == ("published", 2)
+    assert len(instance.to("/api/v1/statuses")) == 2
+    assert len(instance.statuses) == 1
+    assert current["provider_id"] == instance.statuses[0]["id"]
+
+
+def test_a_status_over_the_connections_limit_is_refused_at_schedule_time(conn, workspace, now):
+    from tickwork.config import Settings
+
+    settings = Settings(action_types={"mastodon_post": ActionTypeConfig(provider="mastodon")})
+    connection = connections.create(
+        conn, workspace, name="Toots", provider="mastodon",
+        settings={"instance_url": "https://example.social", "max_characters": 100},
+        credentials={"access_token": TOKEN}, store=MemorySecretStore(), created_by=None,
+    )  # fmt: skip
+    new = NewAction(action_type="mastodon_post", target_key="main", publish_at=now,
+                    payload={"status": "x" * 101}, connection_id=connection.id)  # fmt: skip
+    with pytest.raises(InputError) as refused:
+        actions.schedule(conn, workspace, new, settings, now)
+    assert refused.value.field == "payload.status"
+    assert conn.execute("select count(*) from scheduled_actions").fetchone() == (0,)
