@@ -86,6 +86,9 @@ class Action:
     created_at: datetime
     updated_at: datetime
     connection_id: UUID | None = None  # the workspace connection it is sent through
+    recipient_id: str | None = None
+    transactional: bool = False
+    original_publish_at: datetime | None = None
 
     @property
     def due_at(self) -> datetime:
@@ -110,6 +113,10 @@ class NewAction:
     rescheduled_from: UUID | None = None
     recurring_schedule_id: UUID | None = None
     connection_id: UUID | None = None
+    # A message to a recipient: their quiet hours and caps apply unless transactional.
+    recipient_id: str | None = None
+    transactional: bool = False
+    original_publish_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -242,6 +249,10 @@ def integrity_errors() -> Iterator[None]:
 
 
 def _insert(conn: Connection, workspace_id: UUID, new: NewAction) -> Scheduled:
+    if new.recipient_id is not None:
+        from tickwork.recipients.policy import at_creation
+
+        new = at_creation(conn, workspace_id, new)
     params = _fields(new) | {"workspace_id": workspace_id, "payload": Jsonb(new.payload)}
     with integrity_errors(), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_INSERT, params).fetchone()
@@ -309,7 +320,9 @@ def same_request(existing: Action, new: NewAction) -> bool:
         and existing.target_key == new.target_key
         and existing.thing_id == new.thing_id
         and existing.payload == new.payload
-        and existing.publish_at == require_aware(new.publish_at)
+        # quiet hours may have moved the first row: it was asked for at its original time
+        and (existing.original_publish_at or existing.publish_at) == require_aware(new.publish_at)
+        and existing.recipient_id == new.recipient_id
         and existing.connection_id == new.connection_id
     )
 
@@ -414,6 +427,8 @@ def reschedule(
             rescheduled_from=old.id,
             recurring_schedule_id=old.recurring_schedule_id,
             connection_id=old.connection_id,
+            recipient_id=old.recipient_id,
+            transactional=old.transactional,
         )
         scheduled = schedule(conn, workspace_id, replacement, settings, now)
     return cancelled, scheduled.action
@@ -442,7 +457,14 @@ def claim(
         "reclaim_after": reclaim_after,
     }
     with conn.cursor(row_factory=class_row(Action)) as cur:
-        return cur.execute(_CLAIM, params).fetchall()
+        claimed = cur.execute(_CLAIM, params).fetchall()
+    # Drip steps and messages to recipients pass their policies (fire-time conditions,
+    # exits, quiet hours, caps) before any provider sees them; other rows pay nothing.
+    if any(a.recipient_id is not None or a.source == "sequence" for a in claimed):
+        from tickwork.admission import admit
+
+        claimed = admit(conn, claimed)
+    return claimed
 
 
 @dataclass(frozen=True)

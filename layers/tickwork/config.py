@@ -38,6 +38,8 @@ class ActionTypeConfig(BaseModel):
     max_lateness_seconds: int | None = Field(default=None, gt=0)
     # Provider-specific options (endpoint, sender, ...); secrets are referenced, not inlined.
     options: dict[str, Any] = Field(default_factory=dict)
+    # The provider's hourly limit, shown against the forecast (GET /v1/forecast).
+    quota_per_hour: int | None = Field(default=None, gt=0)
 
     @property
     def max_lateness(self) -> timedelta | None:

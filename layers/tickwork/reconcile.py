@@ -54,7 +54,7 @@ from tickwork.queues.port import QueuePort
 from tickwork.runtime import Runtime
 from tickwork.sql import query
 from tickwork.tick import enqueue_soon
-from tickwork.wallclock import require_aware, resolve_wall_time, zone
+from tickwork.wallclock import require_aware, resolve_wall_time, utcnow, zone
 
 _CANDIDATES = query("intents_to_reconcile")
 _LOCK = query("lock_intent")
@@ -598,4 +598,12 @@ def handle_reconcile(context: LambdaContext, runtime: Runtime) -> dict[str, Any]
     )
     emit_metrics(summary)
     logger.info("reconcile", extra=summary.as_dict())
-    return summary.as_dict()
+    # Drip enrollments are producers' state too: their next steps are made here.
+    from tickwork.sequences.store import advance_ready
+    from tickwork.sequences.store import emit_metrics as emit_advance
+
+    advanced = advance_ready(runtime.db.connection(), runtime.settings, utcnow())
+    emit_advance(advanced)
+    if advanced.made:
+        enqueue_soon(runtime.db.connection(), runtime.queues, advanced.made, runtime.settings)
+    return summary.as_dict() | {"sequences": advanced.as_dict()}

@@ -41,10 +41,13 @@ class Caller:
 
 
 @contextmanager
-def tenant_transaction(conn: Connection, workspace_id: UUID) -> Iterator[Connection]:
-    """A transaction in which `conn` sees and writes only `workspace_id`'s rows."""
+def tenant_transaction(
+    conn: Connection, workspace_id: UUID, actor: str | None = None
+) -> Iterator[Connection]:
+    """A transaction in which `conn` sees and writes only `workspace_id`'s rows; `actor`
+    (the caller) is who the change log says made its changes."""
     with conn.transaction():
-        conn.execute(_SET_TENANT, {"workspace_id": workspace_id})
+        conn.execute(_SET_TENANT, {"workspace_id": workspace_id, "actor": actor})
         yield conn
 
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,10 +32,14 @@ class Api:
 
 
 @contextmanager
-def running_api(database_url: str, tmp_path: Path, settings: Settings) -> Iterator[Api]:
-    """The local runtime with `settings`, workspaces A and B and their clients."""
+def running_api(
+    database_url: str, tmp_path: Path, settings: Settings, **options: Any
+) -> Iterator[Api]:
+    """The local runtime with `settings` (and LocalRuntime `options`), workspaces A and B
+    and their clients."""
     jwt = LocalJwt(tmp_path / "jwt-secret")
-    with LocalRuntime(database_url, settings, tick_interval=60, jwt=jwt) as local:
+    options.setdefault("tick_interval", 60)
+    with LocalRuntime(database_url, settings, jwt=jwt, **options) as local:
         conn = local.runtime.db.connection()
         a, _ = workspaces.ensure(conn, "Acme", timezone="America/New_York")
         b, _ = workspaces.ensure(conn, "Globex")

@@ -18,11 +18,16 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from tickwork import __version__
 from tickwork.api import (
     actions,
+    campaigns,
+    changes,
     connections,
+    enrollments,
     entities,
     errors,
     events,
+    forecast,
     intents,
+    recipients,
     recurring,
     rules,
     workspace,
@@ -116,6 +121,11 @@ def build() -> APIGatewayHttpResolver:
     app.include_router(events.router)
     app.include_router(entities.router)
     app.include_router(connections.router)
+    app.include_router(campaigns.router)
+    app.include_router(enrollments.router)
+    app.include_router(recipients.router)
+    app.include_router(forecast.router)
+    app.include_router(changes.router)
     errors.register(app)
     return app
 

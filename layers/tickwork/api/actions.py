@@ -10,7 +10,7 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
-from tickwork import actions, calendar
+from tickwork import actions, calendar, changes
 from tickwork.actions import Action, NewAction
 from tickwork.api.models import (
     ActionOut,
@@ -24,6 +24,7 @@ from tickwork.api.models import (
     responses,
 )
 from tickwork.api.scope import RequestScope, scope
+from tickwork.api.sequences_models import ActionDetailOut, ChangeOut
 from tickwork.errors import NotFoundError
 from tickwork.wallclock import describe_resolution, instant_of
 
@@ -100,6 +101,8 @@ def create_action(
         dedupe_key=idempotency_key,
         created_by=request.caller.user_id,
         connection_id=body.connection_id,
+        recipient_id=body.recipient_id,
+        transactional=body.transactional,
     )
     result = actions.schedule_once(
         request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
@@ -148,14 +151,19 @@ def list_actions(
 
 
 @router.get(
-    "/v1/actions/<action_id>", summary="Get one action", responses=responses(200, ActionOut, "it")
+    "/v1/actions/<action_id>",
+    summary="Get one action, with its change log",
+    responses=responses(200, ActionDetailOut, "it"),
 )
-def get_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
+def get_action(action_id: str, workspace: WorkspaceHeader) -> ActionDetailOut:
     request = scope(router)
     found = actions.get(request.conn, request.caller.workspace_id, _action_id(action_id))
     if found is None:
         raise NotFoundError(f"no action {action_id} in this workspace")
-    return _out(request, found)
+    log = changes.changes_of(request.conn, request.caller.workspace_id, found.id)
+    return ActionDetailOut(
+        **_out(request, found).model_dump(), changes=[ChangeOut.of(c) for c in log]
+    )
 
 
 @router.post(

@@ -13,6 +13,7 @@ from tickwork.api.models import responses
 from tickwork.api.rules_models import EventIn, ResultOut
 from tickwork.api.scope import scope
 from tickwork.rules.events import EventInput, emit_event
+from tickwork.sequences.store import exit_on_event
 
 router = Router()
 
@@ -38,5 +39,13 @@ def post_event(body: EventIn, workspace: WorkspaceHeader) -> ResultOut:
         request.conn, request.caller.workspace_id, event, request.caller.timezone,
         request.runtime.settings, request.now, created_by=request.caller.user_id,
     )  # fmt: skip
+    # An event about a recipient (entities.recipient) ends their enrollments in campaigns
+    # that exit on it (a reply, an unsubscribe, a goal).
+    recipient_id = event.entities.get("recipient")
+    if recipient_id:
+        exit_on_event(
+            request.conn, request.caller.workspace_id, body.type, recipient_id,
+            request.caller.user_id,
+        )  # fmt: skip
     request.added(fired.action_id for fired in result.created)
     return ResultOut.of(result)

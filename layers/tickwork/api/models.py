@@ -2,19 +2,40 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 
 from tickwork.actions import Action
 from tickwork.wallclock import local_rendering, to_utc
 
+_RFC3339_START = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _rfc3339_text(value: Any) -> Any:
+    """Refuse what pydantic would read as a Unix timestamp (`0.5`, `1700000000`)."""
+    if isinstance(value, str) and not _RFC3339_START.match(value):
+        raise ValueError("must be RFC 3339 with an offset, e.g. 2026-05-20T09:00:00Z")
+    if isinstance(value, int | float):
+        raise ValueError("must be RFC 3339 with an offset, e.g. 2026-05-20T09:00:00Z")
+    return value
+
+
 # An RFC 3339 instant with an offset, in UTC once validated; one whose UTC form falls
 # outside the years 1-9999 (0001-01-01T00:00:00+01:00) is a 422, not an overflow.
-Instant = Annotated[AwareDatetime, AfterValidator(to_utc)]
+Instant = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text), AfterValidator(to_utc)]
 
 Status = Literal["queued", "submitted", "published", "failed", "cancelled"]
 
@@ -54,6 +75,15 @@ class CreateAction(When):
     connection_id: UUID | None = Field(
         default=None, description="the workspace connection to send through (/v1/connections)"
     )
+    recipient_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="a registered recipient: their quiet hours and caps apply",
+    )
+    transactional: bool = Field(
+        default=False, description="exempt from the recipient's quiet hours and caps"
+    )
 
 
 class Reschedule(When):
@@ -91,6 +121,11 @@ class ActionOut(BaseModel):
     recurring_schedule_id: UUID | None
     source: str
     idempotency_key: str | None
+    recipient_id: str | None = None
+    transactional: bool = False
+    original_publish_at: datetime | None = Field(
+        default=None, description="the time asked for, when quiet hours moved it"
+    )
     created_at: datetime
     updated_at: datetime
     resolved: ResolvedOut | None = Field(
@@ -112,8 +147,10 @@ class ActionOut(BaseModel):
             submitted_at=action.submitted_at, finished_at=action.finished_at,
             rescheduled_from=action.rescheduled_from,
             recurring_schedule_id=action.recurring_schedule_id, source=action.source,
-            idempotency_key=action.dedupe_key, created_at=action.created_at,
-            updated_at=action.updated_at, connection_id=action.connection_id,
+            idempotency_key=action.dedupe_key, recipient_id=action.recipient_id,
+            transactional=action.transactional, original_publish_at=action.original_publish_at,
+            created_at=action.created_at, updated_at=action.updated_at,
+            connection_id=action.connection_id,
         )  # fmt: skip
 
 

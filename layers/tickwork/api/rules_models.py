@@ -61,8 +61,20 @@ class ActionTemplateIn(Strict):
         default_factory=dict, examples=[{"text": "Hi {{ context.guest.name }}"}]
     )
 
+    recipient_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=2000,
+        examples=["{{ context.guest.id }}"],
+        description="a recipient (a template): their quiet hours and caps apply",
+    )
+    transactional: bool = Field(default=False, description="exempt from quiet hours and caps")
+
     def domain(self) -> ActionTemplate:
-        return ActionTemplate(self.action_type, self.target_key, self.payload)
+        return ActionTemplate(
+            self.action_type, self.target_key, self.payload, self.recipient_id,
+            self.transactional,
+        )  # fmt: skip
 
 
 class RuleIn(Strict):
@@ -181,7 +193,8 @@ class RuleOut(BaseModel):
                                reference=t.reference, offset_seconds=t.offset_seconds),
             conditions=rule.conditions,
             action={"action_type": rule.action_type, "target_key": rule.target_key,
-                    "payload": rule.payload_template},
+                    "payload": rule.payload_template, "recipient_id": rule.recipient_template,
+                    "transactional": rule.transactional},
             revision=rule.revision, last_error=rule.last_error,
             last_error_at=rule.last_error_at, created_at=rule.created_at,
             updated_at=rule.updated_at,

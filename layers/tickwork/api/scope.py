@@ -102,7 +102,7 @@ def tenancy(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Res
     with tenant_transaction(conn, workspace_id):
         caller = authorize(conn, user_id, workspace_id)
         quotas.count_request(conn, workspace_id, rt.settings)
-    with tenant_transaction(conn, workspace_id):
+    with tenant_transaction(conn, workspace_id, actor=user_id):
         request = RequestScope(conn, caller, rt, utcnow())
         app.append_context(**{_KEY: request})
         response = next_middleware(app)

@@ -71,6 +71,9 @@ class ActionTemplate:
     target_key: str
     payload: dict[str, Any] = field(default_factory=dict)
     # Where a provider connection would be named, once actions carry one.
+    # A recipient (a template): their quiet hours and caps apply unless transactional.
+    recipient_id: str | None = None
+    transactional: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,8 @@ class Rule:
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None
+    recipient_template: str | None = None
+    transactional: bool = False
 
     @property
     def trigger(self) -> Trigger:
@@ -107,7 +112,10 @@ class Rule:
 
     @property
     def action(self) -> ActionTemplate:
-        return ActionTemplate(self.action_type, self.target_key, self.payload_template)
+        return ActionTemplate(
+            self.action_type, self.target_key, self.payload_template, self.recipient_template,
+            self.transactional,
+        )  # fmt: skip
 
     def compiled(self) -> CompiledRule:
         """The rule ready to fire: conditions parsed, templates compiled. Raises InputError
@@ -118,6 +126,9 @@ class Rule:
             parse_conditions(self.conditions, roots),
             JsonTemplate(self.target_key, "action.target_key"),
             JsonTemplate(self.payload_template, "action.payload"),
+            JsonTemplate(self.recipient_template, "action.recipient_id")
+            if self.recipient_template is not None
+            else None,
         )
 
 
@@ -131,6 +142,7 @@ class CompiledRule:
     conditions: list[Condition]
     target: JsonTemplate
     payload: JsonTemplate
+    recipient: JsonTemplate | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +246,14 @@ def validate_rule(given: RuleInput, settings: Settings) -> RuleInput:
             field="action.payload",
         )
     JsonTemplate(action.payload, "action.payload")
+    recipient = action.recipient_id
+    if recipient is not None:
+        if not isinstance(recipient, str) or not 1 <= len(recipient) <= MAX_TARGET_TEMPLATE:
+            raise InputError(
+                f"action.recipient_id must be 1 to {MAX_TARGET_TEMPLATE} characters",
+                field="action.recipient_id",
+            )
+        compile_string(recipient, "action.recipient_id")
     roots = EVENT_ROOTS if trigger.type == "event" else TIME_ROOTS
     conditions = parse_conditions(given.conditions, roots)
     return RuleInput(

@@ -141,6 +141,7 @@ def fire(
     try:
         target = compiled.target.render(firing.context)
         payload = compiled.payload.render(firing.context)
+        recipient = compiled.recipient.render(firing.context) if compiled.recipient else None
     except RenderError as exc:
         record_failure(conn, rule, exc.message)
         return Failed(rule.id, rule.name, exc.field, exc.message)
@@ -153,6 +154,8 @@ def fire(
         source=SOURCE,
         created_by=created_by,
         rescheduled_from=firing.rescheduled_from,
+        recipient_id=recipient,
+        transactional=rule.transactional,
     )
     try:
         with conn.transaction():

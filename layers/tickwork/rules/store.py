@@ -71,7 +71,8 @@ def _params(valid: RuleInput) -> dict[str, Any]:
         "event_type": t.event_type, "entity_type": t.entity_type, "reference": t.reference,
         "offset_seconds": t.offset_seconds, "conditions": Jsonb(valid.conditions),
         "action_type": a.action_type, "target_key": a.target_key,
-        "payload_template": Jsonb(a.payload),
+        "payload_template": Jsonb(a.payload), "recipient_template": a.recipient_id,
+        "transactional": a.transactional,
     }  # fmt: skip
 
 

@@ -5,11 +5,13 @@
 -- name: insert_rule
 insert into rules (
     workspace_id, name, enabled, trigger_type, event_type, entity_type, reference,
-    offset_seconds, conditions, action_type, target_key, payload_template, created_by
+    offset_seconds, conditions, action_type, target_key, payload_template, created_by,
+    recipient_template, transactional
 ) values (
     %(workspace_id)s, %(name)s, %(enabled)s, %(trigger_type)s, %(event_type)s,
     %(entity_type)s, %(reference)s, %(offset_seconds)s, %(conditions)s, %(action_type)s,
-    %(target_key)s, %(payload_template)s, %(created_by)s
+    %(target_key)s, %(payload_template)s, %(created_by)s, %(recipient_template)s,
+    %(transactional)s
 )
 returning *
 
@@ -40,7 +42,8 @@ set name = %(name)s, enabled = %(enabled)s, event_type = %(event_type)s,
     entity_type = %(entity_type)s, reference = %(reference)s,
     offset_seconds = %(offset_seconds)s, conditions = %(conditions)s,
     action_type = %(action_type)s, target_key = %(target_key)s,
-    payload_template = %(payload_template)s, revision = revision + 1
+    payload_template = %(payload_template)s, recipient_template = %(recipient_template)s,
+    transactional = %(transactional)s, revision = revision + 1
 where id = %(id)s and workspace_id = %(workspace_id)s and deleted_at is null
 returning *
 

@@ -2,8 +2,10 @@
 
 -- name: set_tenant
 -- Inside a transaction: act as the API role, scoped to one workspace (row-level security).
+-- tickwork.actor names the caller in the change log.
 select set_config('role', 'tickwork_api', true),
-       set_config('tickwork.workspace_id', %(workspace_id)s::text, true)
+       set_config('tickwork.workspace_id', %(workspace_id)s::text, true),
+       set_config('tickwork.actor', coalesce(%(actor)s::text, ''), true)
 
 -- name: caller_membership
 -- Row-level security already limits this to the current workspace.
