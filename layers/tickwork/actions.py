@@ -89,6 +89,7 @@ class Action:
     recipient_id: str | None = None
     transactional: bool = False
     original_publish_at: datetime | None = None
+    timezone: str | None = None  # the zone of the wall time it was scheduled at, if any
 
     @property
     def due_at(self) -> datetime:
@@ -117,6 +118,7 @@ class NewAction:
     recipient_id: str | None = None
     transactional: bool = False
     original_publish_at: datetime | None = None
+    timezone: str | None = None
 
 
 @dataclass(frozen=True)
@@ -406,8 +408,10 @@ def reschedule(
     *,
     source: str | None = None,
     created_by: str | None = None,
+    timezone: str | None = None,
 ) -> tuple[Transition, Action | None]:
     """Cancel a queued row and insert its replacement at `publish_at`, in one transaction.
+    `timezone`: the zone of the wall time it moves to (else the old row's is kept).
 
     Returns the cancel transition and the new row (None when the old row was not queued:
     then nothing was written)."""
@@ -429,6 +433,7 @@ def reschedule(
             connection_id=old.connection_id,
             recipient_id=old.recipient_id,
             transactional=old.transactional,
+            timezone=old.timezone if timezone is None else timezone,
         )
         scheduled = schedule(conn, workspace_id, replacement, settings, now)
     return cancelled, scheduled.action

@@ -85,3 +85,35 @@ def test_an_intent_says_how_its_wall_time_is_read(api):
         },
     )
     assert plain["resolved"] is None
+
+
+def test_publish_at_local_is_in_the_zone_the_action_was_scheduled_in(api):
+    # Given workspace A in America/New_York and an action at 09:00 Tokyo time
+    tokyo = api.admin.call(
+        "POST", "/v1/actions",
+        json=webhook(date="2027-05-20", time="09:00", timezone="Asia/Tokyo", thing_id="tk"),
+    )  # fmt: skip
+    # Then it is shown in Tokyo's zone, now and when read again
+    assert tokyo["timezone"] == "Asia/Tokyo"
+    assert tokyo["publish_at_local"] == "2027-05-20T09:00:00+09:00"
+    again = api.admin.call("GET", f"/v1/actions/{tokyo['id']}")
+    assert again["publish_at_local"] == "2027-05-20T09:00:00+09:00"
+    # A reschedule at an instant keeps the zone; one at a wall time elsewhere takes that one
+    moved = api.admin.call(
+        "POST", f"/v1/actions/{tokyo['id']}/reschedule",
+        json={"publish_at": "2027-05-21T01:00:00Z"},
+    )  # fmt: skip
+    assert moved["publish_at_local"] == "2027-05-21T10:00:00+09:00"
+    moved = api.admin.call(
+        "POST", f"/v1/actions/{moved['id']}/reschedule",
+        json={"date": "2027-05-21", "time": "12:00", "timezone": "Europe/Berlin"},
+    )  # fmt: skip
+    assert (moved["timezone"], moved["publish_at_local"]) == (
+        "Europe/Berlin", "2027-05-21T12:00:00+02:00",
+    )  # fmt: skip
+    # And an action scheduled at an instant is shown in the workspace's zone
+    instant = api.admin.call(
+        "POST", "/v1/actions", json=webhook(publish_at="2027-05-20T13:00:00Z", thing_id="i")
+    )
+    assert instant["timezone"] is None
+    assert instant["publish_at_local"] == "2027-05-20T09:00:00-04:00"

@@ -48,6 +48,13 @@ def _resolved(request: RequestScope, when: When) -> ResolvedOut | None:
     return ResolvedOut.model_validate(found, from_attributes=True)
 
 
+def _zone_of(request: RequestScope, when: When) -> str | None:
+    """The zone a wall time was given in (None for an instant): its local rendering."""
+    if when.date is None or when.time is None:
+        return None
+    return when.timezone or request.caller.timezone.key
+
+
 def _instant(request: RequestScope, when: When) -> datetime:
     return instant_of(
         when.publish_at, when.date, when.time, when.timezone, request.caller.timezone.key
@@ -63,13 +70,13 @@ def _action_id(raw: str) -> UUID:
 
 def _move(
     request: RequestScope, action_id: str, publish_at: datetime, verb: str, source: str | None,
-    resolved: ResolvedOut | None = None,
+    resolved: ResolvedOut | None = None, timezone: str | None = None,
 ) -> ActionOut:  # fmt: skip
     """Cancel a queued action and schedule its replacement at `publish_at` (lineage kept)."""
     key = _action_id(action_id)
     transition, replacement = actions.reschedule(
         request.conn, request.caller.workspace_id, key, publish_at, request.runtime.settings,
-        request.now, source=source, created_by=request.caller.user_id,
+        request.now, source=source, created_by=request.caller.user_id, timezone=timezone,
     )  # fmt: skip
     actions.expect(transition, key, verb, "queued")
     assert replacement is not None
@@ -103,6 +110,7 @@ def create_action(
         connection_id=body.connection_id,
         recipient_id=body.recipient_id,
         transactional=body.transactional,
+        timezone=_zone_of(request, body),
     )
     result = actions.schedule_once(
         request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
@@ -187,7 +195,7 @@ def reschedule_action(action_id: str, body: Reschedule, workspace: WorkspaceHead
     request = scope(router)
     return _move(
         request, action_id, _instant(request, body), "rescheduled", source=None,
-        resolved=_resolved(request, body),
+        resolved=_resolved(request, body), timezone=_zone_of(request, body),
     )  # fmt: skip
 
 

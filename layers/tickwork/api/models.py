@@ -108,7 +108,13 @@ class ActionOut(BaseModel):
     payload: dict[str, Any]
     status: Status
     publish_at: datetime
-    publish_at_local: str = Field(description="publish_at in the workspace's zone")
+    publish_at_local: str = Field(
+        description="publish_at in the zone it was scheduled in (a wall time's zone), else"
+        " the workspace's"
+    )
+    timezone: str | None = Field(
+        default=None, description="the zone of the wall time it was scheduled at, if any"
+    )
     next_attempt_at: datetime | None
     error_code: str | None
     last_error: str | None
@@ -140,7 +146,11 @@ class ActionOut(BaseModel):
         return cls(
             id=action.id, action_type=action.action_type, target_key=action.target_key,
             thing_id=action.thing_id, payload=action.payload, status=action.status,
-            publish_at=action.publish_at, publish_at_local=local_rendering(action.publish_at, tz),
+            publish_at=action.publish_at,
+            publish_at_local=local_rendering(
+                action.publish_at, ZoneInfo(action.timezone) if action.timezone else tz
+            ),
+            timezone=action.timezone,
             next_attempt_at=action.next_attempt_at, error_code=action.error_code,
             last_error=action.last_error, attempt_count=action.attempt_count,
             manual_retries=action.manual_retries, provider_id=action.provider_id,

@@ -5,12 +5,12 @@
 insert into scheduled_actions (
     workspace_id, created_by, action_type, thing_id, target_key, payload, publish_at,
     dedupe_key, rescheduled_from, source, recurring_schedule_id, connection_id, recipient_id,
-    transactional, original_publish_at
+    transactional, original_publish_at, timezone
 ) values (
     %(workspace_id)s, %(created_by)s, %(action_type)s, %(thing_id)s, %(target_key)s,
     %(payload)s, %(publish_at)s, %(dedupe_key)s, %(rescheduled_from)s, %(source)s,
     %(recurring_schedule_id)s, %(connection_id)s, %(recipient_id)s, %(transactional)s,
-    %(original_publish_at)s
+    %(original_publish_at)s, %(timezone)s
 )
 on conflict (workspace_id, dedupe_key) where dedupe_key is not null do nothing
 returning *
