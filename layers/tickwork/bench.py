@@ -141,6 +141,11 @@ def backend_cpu_seconds(conn: Connection) -> float | None:
     return total
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages: a shared machine's figures need them."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def prepare_database(admin_url: str) -> str:
     with psycopg.connect(admin_url, autocommit=True) as admin:
         name = sql.Identifier(BENCH_DATABASE)
@@ -383,7 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         admin_url = server.url()
     url = prepare_database(admin_url)
     where = "the server at DATABASE_URL" if server is None else "an embedded Postgres"
-    print(f"tickwork bench on {where}, {os.cpu_count()} CPUs, in-process queue, log provider")
+    print(f"tickwork bench on {where}, {os.cpu_count()} CPUs, in-process queue, log provider;"
+          f" load average {load_average()}")  # fmt: skip
 
     n, workers, batch = args.burst, args.workers, args.batch
     ahead = run_engine(url, n, 0.0, workers, batch, lead=args.lead)
@@ -420,6 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lag_ratio = baseline["lags"].p99 / max(result["lags"].p99, 1e-9)
             print(f"    {label} drain {base / result['drain_seconds']:.1f}x faster,"
                   f" p99 lag {lag_ratio:.1f}x lower")  # fmt: skip
+    print(f"\nload average at the end {load_average()}")
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(
             sql.SQL("drop database if exists {} with (force)").format(

@@ -149,7 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{label}: {DUE_ROWS:,} due + {future:,} future + {terminal:,} terminal rows"
                   f" (built in {time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
             results[label] = measure(conn, workspace, args.repeat)
-    print(f"\nmedian of {args.repeat}, each in a rolled-back transaction; target large <= 2x small")
+    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    print(f"\nmedian of {args.repeat}, each in a rolled-back transaction; target large <= 2x"
+          f" small; load average {load}")  # fmt: skip
     print(f"    {'operation':<30}{'small ms':>10}{'large ms':>10}{'ratio':>8}")
     for operation, small in results["small"].items():
         large = results["large"][operation]
