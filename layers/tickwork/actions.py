@@ -445,8 +445,12 @@ def actions_from_tuples(cur: psycopg.Cursor[Any], rows: list[Any]) -> list[Actio
 
 # Arrays sent as one Postgres array literal: psycopg dumps a list element by element in
 # Python, which costs more than the finalize statement itself for a wave of a thousand.
-def uuid_array(values: Iterable[UUID]) -> str:
-    return "{" + ",".join([value.hex for value in values]) + "}"
+def uuid_array(values: Iterable[UUID | str]) -> str:
+    """Ids as the text of a uuid[]; an id given as text is parsed first, so nothing but a
+    uuid can reach the literal."""
+    return (
+        "{" + ",".join([v.hex if isinstance(v, UUID) else UUID(str(v)).hex for v in values]) + "}"
+    )
 
 
 def text_array(values: Iterable[str | None]) -> str:
