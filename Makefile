@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install dev demo status reset test test-unit lint format bench fuzz chaos build deploy layer-lock clean
+.PHONY: install dev demo status reset test test-unit lint format bench bench-scale fuzz chaos build deploy layer-lock clean
 
 # A virtualenv with tickwork (editable) and the dev tools; redone when pyproject.toml changes.
 # pip prints a line per package it collects and installs, so the first run is not silent.
@@ -57,6 +57,13 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m tickwork.bench
+
+# The hot statements at 10k rows and at a large backlog (SCALE_FUTURE future rows and
+# SCALE_TERMINAL finished ones): each should stay within 2x.
+SCALE_FUTURE ?= 1000000
+SCALE_TERMINAL ?= 100000
+bench-scale: $(STAMP)
+	$(BIN)/python -m tickwork.bench_scale --future $(SCALE_FUTURE) --terminal $(SCALE_TERMINAL)
 
 # Schemathesis, every check, every operation, random cases (about 2,300 at 60 examples per
 # operation); prints the case count by status. CI runs a small derandomized set.

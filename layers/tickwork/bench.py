@@ -6,6 +6,12 @@ in the same process (these machines are noisy; compare ratios, not absolute figu
 (b) spread: M rows due uniformly over S seconds → lag p50/p99/max.
 (c) baseline: the same burst through the playbook's literal algorithm: select 200 due rows
     per tick, one claim UPDATE and one finalize UPDATE per row.
+(d) floor: the burst's own SQL (the tick's mark, the claim, the finalize, in the same batch
+    sizes) driven with no Python work between the statements: the database's own limit.
+
+Each burst also prints where its time went: rows/s inside each stage's statements,
+statements per action, and CPU seconds of this Python process against those of the
+Postgres backends serving it (read from /proc when the server runs on this machine).
 
 DATABASE_URL selects a server (a `tickwork_bench` database is created on it); otherwise an
 embedded Postgres in a temporary directory is used.
@@ -15,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -30,13 +38,14 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from tickwork import migrate
+from tickwork import actions, migrate
 from tickwork.actions import action_from_row
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.db import Connection, connect
 from tickwork.local.embedded import EmbeddedPostgres, with_database
 from tickwork.local.runner import LocalRuntime, quiet_powertools
 from tickwork.providers.log import Delivery, LogProvider
+from tickwork.sql import query
 from tickwork.wallclock import utcnow
 
 BENCH_DATABASE = "tickwork_bench"
@@ -63,6 +72,78 @@ class Lags:
     def __str__(self) -> str:
         ms = [round(v * 1000, 1) for v in (self.p50, self.p95, self.p99, self.max)]
         return f"lag p50 {ms[0]} ms, p95 {ms[1]} ms, p99 {ms[2]} ms, max {ms[3]} ms"
+
+
+class Stages:
+    """Where a run's time went: seconds and rows inside the claim and the finalize, and
+    every statement this process sent (psycopg's Cursor.execute, counted)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seconds: dict[str, float] = {"claim": 0.0, "finalize": 0.0}
+        self.rows: dict[str, int] = {"claim": 0, "finalize": 0}
+        self.statements = 0
+
+    def add(self, stage: str, seconds: float, rows: int) -> None:
+        with self.lock:
+            self.seconds[stage] += seconds
+            self.rows[stage] += rows
+
+    def rate(self, stage: str) -> float:
+        return self.rows[stage] / max(self.seconds[stage], 1e-9)
+
+
+@contextmanager
+def measured(stages: Stages) -> Iterator[None]:
+    """Time actions.claim and actions.finalize and count statements while the block runs."""
+    claim, finalize, execute = actions.claim, actions.finalize, psycopg.Cursor.execute
+
+    def timed_claim(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        result = claim(*args, **kwargs)
+        stages.add("claim", time.perf_counter() - started, len(result))
+        return result
+
+    def timed_finalize(conn: Connection, outcomes: Sequence[Any]) -> Any:
+        started = time.perf_counter()
+        result = finalize(conn, outcomes)
+        stages.add("finalize", time.perf_counter() - started, len(outcomes))
+        return result
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        stages.statements += 1  # a race may lose a count: a bench figure, not a ledger
+        return execute(self, *args, **kwargs)
+
+    actions.claim, actions.finalize = timed_claim, timed_finalize
+    psycopg.Cursor.execute = counted  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        actions.claim, actions.finalize = claim, finalize
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+
+
+def backend_cpu_seconds(conn: Connection) -> float | None:
+    """CPU seconds (user + system) the Postgres backends of the bench database have used
+    since they started; None when the server is not on this machine."""
+    pids = [row[0] for row in conn.execute(
+        "select pid from pg_stat_activity where datname = current_database()"
+        " and pid <> pg_backend_pid()"
+    ).fetchall()]  # fmt: skip
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages: a shared machine's figures need them."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def prepare_database(admin_url: str) -> str:
@@ -125,8 +206,14 @@ def run_engine(
         due = utcnow() + timedelta(seconds=lead + 1)
         insert_rows(conn, workspace, count, due, spread)
     time.sleep(max(0.0, (due - timedelta(seconds=lead) - utcnow()).total_seconds()))
-    local.start()  # the tick runs at once
-    wait_for(provider.deliveries, count, timeout=lead + spread + 600)
+    stages = Stages()
+    cpu_before = time.process_time()
+    with measured(stages):
+        local.start()  # the tick runs at once
+        wait_for(provider.deliveries, count, timeout=lead + spread + 600)
+    python_cpu = time.process_time() - cpu_before
+    with connect(url) as conn:
+        postgres_cpu = backend_cpu_seconds(conn)
     local.stop()
     deliveries = list(provider.deliveries)
     calls = [d.called_at for d in deliveries]
@@ -139,6 +226,9 @@ def run_engine(
         "tick_seconds": tick.get("elapsed_seconds", 0.0),
         "tick_enqueued": tick.get("enqueued", 0),
         "lags": Lags.of(deliveries),
+        "stages": stages,
+        "python_cpu": python_cpu,
+        "postgres_cpu": postgres_cpu,
     }
 
 
@@ -153,6 +243,78 @@ def report_burst(title: str, count: int, result: dict[str, Any], workers: int, b
     print(f"    end-to-end drain {result['drain_seconds']:.2f} s from the due time"
           f" = {count / result['drain_seconds']:,.0f} actions/s")  # fmt: skip
     print(f"    {result['lags']}")
+    report_costs(count, result)
+
+
+def report_costs(count: int, result: dict[str, Any]) -> None:
+    stages: Stages = result["stages"]
+    print(f"    inside the statements: claim {stages.rate('claim'):,.0f} rows/s"
+          f" ({stages.seconds['claim']:.2f} s), finalize {stages.rate('finalize'):,.0f} rows/s"
+          f" ({stages.seconds['finalize']:.2f} s)")  # fmt: skip
+    print(f"    statements per action: {stages.statements / count:.4f}"
+          f" ({stages.statements:,} for {count:,})")  # fmt: skip
+    pg = result["postgres_cpu"]
+    pg_text = "not on this machine" if pg is None else f"{pg:.2f} s"
+    print(f"    CPU: Python process {result['python_cpu']:.2f} s, Postgres backends {pg_text},"
+          f" over {result['drain_seconds']:.2f} s of drain")  # fmt: skip
+
+
+def run_floor(url: str, count: int, workers: int, batch: int, tick_batch: int) -> dict[str, Any]:
+    """The burst's statements with no Python work between them: one connection marks due
+    rows as the tick does, `workers` connections claim and finalize them in `batch`es (ids
+    kept as the text of a Postgres array, every row published)."""
+    with connect(url) as conn:
+        workspace = reset(conn)
+        start = utcnow()
+        insert_rows(conn, workspace, count, start, 0)
+    mark, claim, finalize = (
+        query("mark_due_enqueued"),
+        query("claim_actions"),
+        query("finalize_actions"),
+    )
+    waves: queue.SimpleQueue[list[Any] | None] = queue.SimpleQueue()
+    finished: list[float] = []
+
+    def work() -> None:
+        with connect(url) as conn:
+            while (ids := waves.get()) is not None:
+                claimed = conn.execute(claim, {
+                    "ids": ids, "action_type": "log", "early_tolerance": 1.0,
+                    "max_lateness": None, "reclaim_after": None,
+                }).fetchall()  # fmt: skip
+                n = len(claimed)
+                conn.execute(finalize, {
+                    "ids": [row[0] for row in claimed], "statuses": ["published"] * n,
+                    "provider_ids": [None] * n, "error_codes": [None] * n,
+                    "last_errors": [None] * n, "next_attempt_ats": [None] * n,
+                    "attempt_deltas": [0] * n,
+                }).fetchall()  # fmt: skip
+        finished.append(time.time())
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    with connect(url) as conn:
+        while True:
+            with conn.transaction():
+                rows = conn.execute(mark, {
+                    "horizon": utcnow(), "batch_size": tick_batch, "action_types": ["log"],
+                }).fetchall()  # fmt: skip
+            if not rows:
+                break
+            ids = [row[0] for row in rows]
+            for i in range(0, len(ids), batch):
+                waves.put(ids[i : i + batch])
+    for _ in threads:
+        waves.put(None)
+    for thread in threads:
+        thread.join()
+    with connect(url) as conn:
+        row = conn.execute(
+            "select count(*) from scheduled_actions where status = 'published'"
+        ).fetchone()
+    assert row is not None
+    return {"published": row[0], "drain_seconds": max(finished) - start.timestamp()}
 
 
 def run_seed_baseline(url: str, count: int, workers: int) -> dict[str, Any]:
@@ -214,6 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lead", type=float, default=20.0,
                         help="seconds between the tick and the burst's due time")  # fmt: skip
     parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--skip-floor", action="store_true")
     parser.add_argument("--skip-spread", action="store_true")
     args = parser.parse_args(argv)
     quiet_powertools()
@@ -225,7 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         admin_url = server.url()
     url = prepare_database(admin_url)
     where = "the server at DATABASE_URL" if server is None else "an embedded Postgres"
-    print(f"tickwork bench on {where}, {os.cpu_count()} CPUs, in-process queue, log provider")
+    print(f"tickwork bench on {where}, {os.cpu_count()} CPUs, in-process queue, log provider;"
+          f" load average {load_average()}")  # fmt: skip
 
     n, workers, batch = args.burst, args.workers, args.batch
     ahead = run_engine(url, n, 0.0, workers, batch, lead=args.lead)
@@ -241,6 +405,16 @@ def main(argv: Sequence[str] | None = None) -> int:
               f" {args.spread_seconds:g} s (2 workers, batches of 10)")  # fmt: skip
         print(f"    delivered {spread['delivered']:,}; {spread['lags']}")
 
+    if not args.skip_floor:
+        floor = run_floor(url, n, workers, batch, bench_settings().tick_batch_size)
+        rate = n / floor["drain_seconds"]
+        print(f"\n(d) floor: the same statements, no Python work between them ({workers}"
+              f" connections claiming and finalizing, batches of {batch})")  # fmt: skip
+        print(f"    {floor['published']:,} published; drain {floor['drain_seconds']:.2f} s ="
+              f" {rate:,.0f} actions/s; the engine reaches"
+              f" {floor['drain_seconds'] / ahead['drain_seconds']:.0%} of it enqueued ahead,"
+              f" {floor['drain_seconds'] / late['drain_seconds']:.0%} already due")  # fmt: skip
+
     if not args.skip_baseline:
         baseline = run_seed_baseline(url, n, workers)
         base = baseline["drain_seconds"]
@@ -252,6 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lag_ratio = baseline["lags"].p99 / max(result["lags"].p99, 1e-9)
             print(f"    {label} drain {base / result['drain_seconds']:.1f}x faster,"
                   f" p99 lag {lag_ratio:.1f}x lower")  # fmt: skip
+    print(f"\nload average at the end {load_average()}")
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(
             sql.SQL("drop database if exists {} with (force)").format(

@@ -85,6 +85,35 @@ def test_claim_then_publish(conn, workspace, settings):
     assert row.finished_at is not None
 
 
+AWKWARD_TEXT = [
+    'say "hi", {then} bye',
+    'back\\slash \\" and NULL',
+    "NULL",
+    "",
+    "  spaced  ",
+    "naïve ✓ 日本",
+    "line\nbreak\ttab",
+]
+
+
+def test_a_wave_of_outcomes_stores_any_text_exactly(conn, workspace, settings):
+    """The finalize sends each column as one array literal: quotes, backslashes, commas,
+    braces, the word NULL and an empty string come back as they were sent."""
+    rows = [put_in_state(conn, workspace, settings, "queued") for _ in range(len(AWKWARD_TEXT) + 1)]
+    claimed = actions.claim(conn, "webhook", [row.id for row in rows])
+    assert {a.id for a in claimed} == {row.id for row in rows}
+    outcomes = [
+        actions.published(row.id, text) for row, text in zip(rows, AWKWARD_TEXT, strict=False)
+    ]
+    outcomes.append(actions.failed(rows[-1].id, "provider_rejected", AWKWARD_TEXT[1]))
+    applied = actions.finalize(conn, outcomes)
+    assert len(applied) == len(rows)
+    for row, text in zip(rows, AWKWARD_TEXT, strict=False):
+        assert fetch(conn, row.id).provider_id == text
+    last = fetch(conn, rows[-1].id)
+    assert (last.status, last.provider_id, last.last_error) == ("failed", None, AWKWARD_TEXT[1])
+
+
 def test_claim_then_fail(conn, workspace, settings):
     action = put_in_state(conn, workspace, settings, "submitted")
     actions.finalize(conn, [actions.failed(action.id, "provider_rejected", "400: bad number")])

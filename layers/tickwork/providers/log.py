@@ -34,8 +34,8 @@ class LogProvider:
 
     def send(self, action: Action, via: Via | None = None) -> Outcome:
         called_at = time.time()
-        with self._lock:
-            self.deliveries.append(Delivery(action.id, called_at, action.due_at.timestamp()))
+        # list.append is atomic: no lock on the path every benchmarked row takes.
+        self.deliveries.append(Delivery(action.id, called_at, action.due_at.timestamp()))
         if self.echo:
             from tickwork.ops.text import clock, lateness
 
