@@ -95,13 +95,7 @@ class MastodonProvider(RestProvider):
         redactor = Redactor.of(via.credentials)
         url = f"{self._base(via)}/api/v1/statuses"
         body = payload.model_dump(exclude_none=True)
-        reply = self.request(action.id, "POST", url, redactor, json=body, headers=headers)
-        if not isinstance(reply, Reply):
-            return reply
-        result = outcome(reply, redactor)
-        if not isinstance(result, Delivered):
-            self.log(action.id, url, reply, redactor)
-        return result
+        return self.deliver(action, "POST", url, redactor, outcome, json=body, headers=headers)
 
     def verify(self, via: Via) -> Verified:
         redactor = Redactor.of(via.credentials)

@@ -168,13 +168,7 @@ class PostmarkProvider(RestProvider):
         redactor = Redactor.of(via.credentials)
         url = f"{self.api_url}/email"
         body, headers = request_body(action, via), self._headers(via)
-        reply = self.request(action.id, "POST", url, redactor, json=body, headers=headers)
-        if not isinstance(reply, Reply):
-            return reply
-        result = outcome(reply, redactor)
-        if not isinstance(result, Delivered):
-            self.log(action.id, url, reply, redactor)
-        return result
+        return self.deliver(action, "POST", url, redactor, outcome, json=body, headers=headers)
 
     def verify(self, via: Via) -> Verified:
         redactor = Redactor.of(via.credentials)

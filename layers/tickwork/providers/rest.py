@@ -4,11 +4,12 @@ that either answers or says what a failure to get an answer means."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tickwork.actions import Action
 from tickwork.providers import http
-from tickwork.providers.base import Outcome, ProviderError, Via
+from tickwork.providers.base import Delivered, Outcome, ProviderError, Via
 from tickwork.providers.http import OutboundPolicy, Redactor, Reply
 
 
@@ -48,6 +49,25 @@ class RestProvider:
         except Exception as exc:
             http.log_answer(self.name, action_id, http.redacted_url(url), None, redactor, exc)
             return http.outcome_of_error(exc, http.public_url(url))
+
+    def deliver(
+        self,
+        action: Action,
+        method: str,
+        url: str,
+        redactor: Redactor,
+        outcome: Callable[[Reply, Redactor], Outcome],
+        **kwargs: Any,
+    ) -> Outcome:
+        """One send: the provider's answer read by its error table (`outcome`); an answer
+        that is not a delivery is logged, redacted, for the operator."""
+        reply = self.request(action.id, method, url, redactor, **kwargs)
+        if not isinstance(reply, Reply):
+            return reply
+        result = outcome(reply, redactor)
+        if not isinstance(result, Delivered):
+            self.log(action.id, url, reply, redactor)
+        return result
 
     def send(self, action: Action, via: Via | None = None) -> Outcome:
         raise NotImplementedError

@@ -127,13 +127,7 @@ class SlackProvider(RestProvider):
         redactor = Redactor.of(via.credentials)
         url = f"{self.api_url}/chat.postMessage"
         headers = self._headers(via)
-        reply = self.request(action.id, "POST", url, redactor, json=message, headers=headers)
-        if not isinstance(reply, Reply):
-            return reply
-        result = outcome(reply, redactor)
-        if not isinstance(result, Delivered):
-            self.log(action.id, url, reply, redactor)
-        return result
+        return self.deliver(action, "POST", url, redactor, outcome, json=message, headers=headers)
 
     def verify(self, via: Via) -> Verified:
         redactor = Redactor.of(via.credentials)

@@ -132,13 +132,7 @@ class TwilioProvider(RestProvider):
             form["From"] = via.settings["from"]
         redactor = Redactor.of(via.credentials)
         url = f"{self.api_url}/2010-04-01/Accounts/{via.settings['account_sid']}/Messages.json"
-        reply = self.request(action.id, "POST", url, redactor, data=form, auth=self._auth(via))
-        if not isinstance(reply, Reply):
-            return reply
-        result = outcome(reply, redactor)
-        if not isinstance(result, Delivered):
-            self.log(action.id, url, reply, redactor)
-        return result
+        return self.deliver(action, "POST", url, redactor, outcome, data=form, auth=self._auth(via))
 
     def verify(self, via: Via) -> Verified:
         redactor = Redactor.of(via.credentials)
