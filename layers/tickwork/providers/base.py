@@ -8,7 +8,8 @@ dispatcher turns that into a state transition, a backoff or a failure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from datetime import timedelta
+from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
 from tickwork.actions import Action
@@ -82,6 +83,51 @@ class Provider(Protocol):
     io_bound: bool
 
     def send(self, action: Action, via: Via | None = None) -> Outcome: ...
+
+
+@dataclass(frozen=True)
+class Found:
+    """The provider has the message: it was delivered, under `provider_id`."""
+
+    provider_id: str | None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Absent:
+    """The provider answered, authoritatively, that it has no such message."""
+
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """The lookup could not tell (it failed, timed out, or the record is out of reach)."""
+
+    reason: str
+
+
+LookupResult = Found | Absent | Unknown
+
+
+@runtime_checkable
+class Lookup(Protocol):
+    """Optional capability of a provider: ask it whether an action's message arrived.
+
+    The resolver uses it for rows left `ambiguous` or `stuck`. Providers without a way to
+    ask (SES, Twilio) do not implement it, and such rows stay for a person to decide."""
+
+    # How long after an attempt the provider can still answer for it.
+    lookup_retention: timedelta
+    # How long after an attempt an `Absent` may be trusted (search indexes lag behind).
+    lookup_grace: timedelta
+
+    def lookup(self, action: Action, via: Via | None = None) -> LookupResult: ...
+
+
+def lookup_of(provider: Provider) -> Lookup | None:
+    """The provider's lookup, or None when it has none."""
+    return provider if isinstance(provider, Lookup) else None
 
 
 class ProviderError(Exception):
