@@ -140,6 +140,12 @@ def test_another_workspaces_connection_is_not_found(api):
           "credentials": {"signing_secret": SECRET}}, "settings.url"),
         ({"name": "Hook", "provider": "webhook", "settings": {"url": "https://example.com/"},
           "credentials": {"signing_secret": "plain"}}, "credentials.signing_secret"),
+        ({"name": "Hook", "provider": "webhook", "settings": {"url": "http://93.184.215.14/",
+          "status_url": "http://169.254.169.254/status/{webhook_id}"},
+          "credentials": {"signing_secret": SECRET}}, "settings.status_url"),
+        ({"name": "Hook", "provider": "webhook", "settings": {"url": "http://93.184.215.14/",
+          "status_url": "http://93.184.215.14/status"},
+          "credentials": {"signing_secret": SECRET}}, "settings.status_url"),
     ],
 )  # fmt: skip
 def test_bad_connections_are_422_naming_the_field(api, body, field):

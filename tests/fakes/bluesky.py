@@ -68,8 +68,8 @@ class FakeBluesky(FakeServer):
             rkey = seen.query.get("rkey", [""])[0]
             if rkey not in self.records:
                 return xrpc_error(400, "RecordNotFound", f"Could not locate record: {rkey}")
-            return Answer(200, {"uri": f"at://{DID}/app.bsky.feed.post/{rkey}", "cid": "bafy1",
-                                "value": self.records[rkey]})  # fmt: skip
+            return Answer(200, {"uri": f"at://{DID}/app.bsky.feed.post/{rkey}",
+                                "cid": f"bafyrei{rkey}", "value": self.records[rkey]})  # fmt: skip
         if path == "com.atproto.repo.createRecord":
             return self._create(seen.json())
         return xrpc_error(404, "MethodNotImplemented")

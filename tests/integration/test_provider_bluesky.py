@@ -18,7 +18,16 @@ from tickwork import actions, connections
 from tickwork.actions import NewAction
 from tickwork.config import ActionTypeConfig
 from tickwork.errors import InputError
-from tickwork.providers.base import Ambiguous, Delivered, Rejected, Transient
+from tickwork.providers.base import (
+    Absent,
+    Ambiguous,
+    Delivered,
+    Found,
+    Rejected,
+    Transient,
+    Unknown,
+    lookup_of,
+)
 from tickwork.providers.bluesky import BlueskyProvider, Payload, graphemes, rkey_for
 from tickwork.providers.catalog import check_payload
 from tickwork.tick import run_tick
@@ -209,3 +218,94 @@ def test_created_at_is_the_publish_time_on_every_attempt(pds):
     provider().send(action, via(pds))
     assert pds.to(CREATE)[0].json()["record"]["createdAt"] == "2027-05-01T09:00:00Z"
     assert timedelta(0) == publish_at - action.publish_at
+
+
+# ------------------------------------------------------------------------------ lookup
+# The fake PDS keeps every record it created, by record key, and getRecord reads them.
+
+GET = "/xrpc/com.atproto.repo.getRecord"
+
+
+def test_lookup_finds_the_post_at_the_actions_record_key(pds):
+    bsky = provider()
+    action = an_action(payload={"text": "Launch day!"})
+    pds.lose_answers = 1  # created, but the answer is a 502: the send is ambiguous
+    assert isinstance(bsky.send(action, via(pds)), Ambiguous)
+    found = bsky.lookup(action, via(pds))
+    assert isinstance(found, Found), found
+    assert found.provider_id == f"at://{DID}/app.bsky.feed.post/{rkey_for(action)}"
+    assert found.detail == f"cid bafyrei{rkey_for(action)}"
+    [read] = pds.to(GET)
+    assert read.query == {"repo": [DID], "collection": ["app.bsky.feed.post"],
+                          "rkey": [rkey_for(action)]}  # fmt: skip
+    assert read.headers["authorization"].startswith("Bearer access-")
+
+
+def test_lookup_of_a_post_never_created_is_absent(pds):
+    bsky = provider()
+    bsky.send(an_action(payload={"text": "another"}), via(pds))
+    assert isinstance(bsky.lookup(an_action(payload={"text": "never sent"}), via(pds)), Absent)
+
+
+def test_lookup_of_a_key_holding_another_record_is_unknown(pds):
+    action = an_action(payload={"text": "mine"})
+    pds.records[rkey_for(action)] = {"text": "someone else's", "createdAt": "2020-01-01T00:00Z"}
+    result = provider().lookup(action, via(pds))
+    assert isinstance(result, Unknown)
+    assert "another record" in result.reason
+
+
+def test_lookup_signs_in_again_when_the_token_expired(pds):
+    bsky = provider()
+    action = an_action(payload={"text": "hi"})
+    bsky.send(action, via(pds))
+    pds.expire_sessions()
+    assert isinstance(bsky.lookup(action, via(pds)), Found)
+    assert pds.sessions == 2
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        xrpc_error(500, "InternalServerError"),
+        Answer(502, "<html>Bad Gateway</html>"),
+        xrpc_error(429, "RateLimitExceeded"),
+        xrpc_error(400, "InvalidRequest", 'Error: Params must have the property "repo"'),
+        Answer(200, "not json"),
+    ],
+)
+def test_lookup_that_cannot_tell_is_unknown(pds, answer):
+    pds.then(GET, answer)
+    result = provider().lookup(an_action(payload={"text": "hi"}), via(pds))
+    assert isinstance(result, Unknown), result
+
+
+def test_lookup_with_a_wrong_password_is_unknown_without_the_password(pds):
+    result = provider().lookup(an_action(payload={"text": "hi"}), via(pds, "wrong-pass-0000"))
+    assert isinstance(result, Unknown)
+    assert "wrong-pass" not in result.reason
+    assert pds.to(GET) == []
+
+
+def test_lookup_is_bounded_by_one_deadline_for_sign_in_and_read(pds):
+    # Sign-in and read each within the per-call timeout, but not both: still one deadline.
+    pds.then("/xrpc/com.atproto.server.createSession", Answer(
+        200, {"did": DID, "handle": HANDLE, "accessJwt": "access-x", "refreshJwt": "r"},
+        delay=0.6))  # fmt: skip
+    pds.access.add("access-x")
+    slow_absent = xrpc_error(400, "RecordNotFound")
+    slow_absent.delay = 0.6
+    pds.then(GET, slow_absent)
+    fast = BlueskyProvider({}, timeout=1.0, policy=LOOPBACK)
+    started = time.monotonic()
+    result = fast.lookup(an_action(payload={"text": "hi"}), via(pds))
+    assert isinstance(result, Unknown), result
+    assert time.monotonic() - started < 1.5
+    assert isinstance(fast.lookup(an_action(payload={"text": "hi"}), None), Unknown)
+
+
+def test_lookup_windows():
+    bsky = provider()
+    assert lookup_of(bsky) is bsky
+    assert bsky.lookup_retention >= timedelta(days=1)
+    assert timedelta(0) < bsky.lookup_grace < bsky.lookup_retention

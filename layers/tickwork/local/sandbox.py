@@ -4,7 +4,9 @@ provider would on success (any credentials are accepted) and prints what arrived
 
 Paths: `/postmark/email`, `/twilio/2010-04-01/Accounts/<sid>/Messages.json`,
 `/slack/api/chat.postMessage`, `/mastodon/api/v1/statuses`, `/bluesky/xrpc/...`, and each
-provider's verify call.
+provider's verify call. It keeps what arrived, so the lookups work locally too: Postmark's
+`/messages/outbound` search by metadata, Slack's `conversations.history` and
+`conversations.replies` (one page), Bluesky's `getRecord`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ class ProviderSandbox:
         self.arrivals: list[Arrival] = []
         self.on_arrival = on_arrival
         self._ids = itertools.count(1)
+        # What arrived, as each provider's lookup reads it back.
+        self._emails: list[dict[str, Any]] = []
+        self._slack: list[dict[str, Any]] = []
+        self._records: dict[tuple[str, str], dict[str, Any]] = {}
+        self._kept = threading.Lock()
         sandbox = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -52,7 +59,8 @@ class ProviderSandbox:
             def _serve(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                status, body = sandbox.route(self.command, self.path.split("?")[0], raw)
+                path, _, query = self.path.partition("?")
+                status, body = sandbox.answer(self.command, path, raw, query)
                 payload = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
@@ -86,6 +94,12 @@ class ProviderSandbox:
         if self.on_arrival is not None:
             self.on_arrival(arrival)
 
+    def answer(self, method: str, path: str, raw: bytes, query: str = "") -> tuple[int, Any]:
+        args = {k: v[0] for k, v in parse_qs(query).items()}
+        with self._kept:
+            found = self._lookup(path, args)
+        return found if found is not None else self.route(method, path, raw)
+
     def route(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
         try:
             body: Any = json.loads(raw) if raw.startswith((b"{", b"[")) else {}
@@ -97,7 +111,13 @@ class ProviderSandbox:
             summary = f"to {_short(body.get('To'), 40)}: {_short(body.get('Subject'))}"
             meta = body.get("Metadata") or {}
             self._arrived("email", summary, meta.get("tickwork_action_id"))
-            return 200, {"To": body.get("To"), "SubmittedAt": now, "MessageID": str(uuid.uuid4()),
+            message_id = str(uuid.uuid4())
+            with self._kept:
+                self._emails.append({"MessageID": message_id, "Metadata": meta,
+                                     "MessageStream": body.get("MessageStream") or "outbound",
+                                     "Subject": body.get("Subject"), "ReceivedAt": now,
+                                     "Status": "Sent"})  # fmt: skip
+            return 200, {"To": body.get("To"), "SubmittedAt": now, "MessageID": message_id,
                          "ErrorCode": 0, "Message": "OK"}  # fmt: skip
         if path == "/postmark/server":
             return 200, {"ID": 1, "Name": "Local sandbox"}
@@ -111,8 +131,12 @@ class ProviderSandbox:
             meta = (body.get("metadata") or {}).get("event_payload") or {}
             self._arrived("slack", f"in {body.get('channel')}: {_short(body.get('text'))}",
                           meta.get("tickwork_action_id"))  # fmt: skip
-            return 200, {"ok": True, "channel": body.get("channel"),
-                         "ts": f"{int(time.time())}.{next(self._ids):06d}"}  # fmt: skip
+            ts = f"{int(time.time())}.{next(self._ids):06d}"
+            with self._kept:
+                self._slack.append({"type": "message", "channel": body.get("channel"), "ts": ts,
+                                    "text": body.get("text"), "thread_ts": body.get("thread_ts"),
+                                    "metadata": body.get("metadata")})  # fmt: skip
+            return 200, {"ok": True, "channel": body.get("channel"), "ts": ts}
         if path == "/slack/api/auth.test":
             return 200, {"ok": True, "team": "Local sandbox", "user": "tickwork"}
         if path == "/mastodon/api/v1/statuses":
@@ -132,9 +156,39 @@ class ProviderSandbox:
             record = body.get("record") or {}
             self._arrived("bluesky", f"posted: {_short(record.get('text'))}", None)
             rkey = body.get("rkey") or str(next(self._ids))
-            return 200, {"uri": f"at://{body.get('repo')}/app.bsky.feed.post/{rkey}",
-                         "cid": "bafylocal" + uuid.uuid4().hex[:16]}  # fmt: skip
+            uri = f"at://{body.get('repo')}/app.bsky.feed.post/{rkey}"
+            cid = "bafylocal" + uuid.uuid4().hex[:16]
+            with self._kept:
+                self._records[(str(body.get("repo")), rkey)] = {"uri": uri, "cid": cid,
+                                                                "value": record}  # fmt: skip
+            return 200, {"uri": uri, "cid": cid}
         return 404, {"error": f"the local sandbox has no {method} {path}"}
+
+    def _lookup(self, path: str, args: dict[str, str]) -> tuple[int, Any] | None:
+        """The providers' lookups over what arrived (under `_kept`), or None for other paths."""
+        if path == "/postmark/messages/outbound":
+            stream = args.get("messagestream", "outbound")
+            wanted = {k.removeprefix("metadata_"): v for k, v in args.items()
+                      if k.startswith("metadata_")}  # fmt: skip
+            hits = [m for m in reversed(self._emails) if m["MessageStream"] == stream
+                    and all(m["Metadata"].get(k) == v for k, v in wanted.items())]  # fmt: skip
+            return 200, {"TotalCount": len(hits), "Messages": hits[: int(args.get("count", 50))]}
+        if path in ("/slack/api/conversations.history", "/slack/api/conversations.replies"):
+            oldest = float(args.get("oldest") or 0)
+            thread = args.get("ts") if path.endswith("replies") else None
+            hits = [
+                {k: v for k, v in m.items() if k != "channel" and v is not None}
+                for m in reversed(self._slack)
+                if m["channel"] == args.get("channel") and float(m["ts"]) >= oldest
+                and (m["thread_ts"] == thread or (thread is not None and m["ts"] == thread))
+            ]  # fmt: skip
+            return 200, {"ok": True, "messages": hits, "has_more": False}
+        if path == "/bluesky/xrpc/com.atproto.repo.getRecord":
+            record = self._records.get((args.get("repo", ""), args.get("rkey", "")))
+            if record is None:
+                return 400, {"error": "RecordNotFound", "message": "Could not locate record"}
+            return 200, record
+        return None
 
 
 def describe(arrival: Arrival) -> str:

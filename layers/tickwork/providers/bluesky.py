@@ -18,6 +18,12 @@ there, counts it as delivered. The record's `uri` is the provider id.
 | 429 `RateLimitExceeded` | transient (`ratelimit-reset` or Retry-After honoured) |
 | createSession unanswered or 5xx | transient (nothing was posted) |
 | createRecord 5xx, timeouts after sending | ambiguous, retried with the same record key |
+
+Lookup (`lookup`): `com.atproto.repo.getRecord` at the action's record key in the account's
+repo. Our post there (same text and createdAt) is found, with its at-uri (and cid); 400
+`RecordNotFound` is absent, authoritatively: the PDS holds the repo, so there is no index
+to lag (a post a person deleted reads as absent too). Another record under the key, sign-in
+failures and other answers are unknown.
 """
 
 from __future__ import annotations
@@ -27,23 +33,27 @@ import re
 import threading
 import unicodedata
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, timedelta
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from tickwork.actions import Action
 from tickwork.providers.base import (
+    Absent,
     Ambiguous,
     Delivered,
+    Found,
+    LookupResult,
     Outcome,
     Rejected,
     Transient,
+    Unknown,
     Verified,
     Via,
 )
 from tickwork.providers.http import Redactor, Reply, reset_after_seconds, retry_after_seconds
-from tickwork.providers.rest import RestProvider, field, unanswered
+from tickwork.providers.rest import RestProvider, field, safe_lookup, unanswered
 from tickwork.providers.schema import Schema
 
 COLLECTION = "app.bsky.feed.post"
@@ -159,6 +169,16 @@ def rkey_for(action: Action) -> str:
     return "".join(TID_ALPHABET[(value >> (5 * i)) & 31] for i in reversed(range(13)))
 
 
+def created_at(action: Action) -> str:
+    # The publish time, not the send time: the same on every attempt.
+    return action.publish_at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def ours(value: Any, text: str, created: str) -> bool:
+    """Whether a record read back is the post this action makes."""
+    return bool(field(value, "text") == text and field(value, "createdAt") == created)
+
+
 def auto_facets(text: str, resolve: Any) -> list[dict[str, Any]]:
     """Links and @mentions found in the text, as facets (byte offsets into UTF-8)."""
     facets: list[dict[str, Any]] = []
@@ -205,6 +225,10 @@ class BlueskyProvider(RestProvider):
     name = "bluesky"
     default_api_url = "https://bsky.social"
     idempotent = True
+    # Records stay until deleted; the window bounds how long a row may wait for an answer.
+    lookup_retention = timedelta(days=30)
+    # A create cut off by a timeout may still be committing on the PDS.
+    lookup_grace = timedelta(minutes=5)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -282,21 +306,57 @@ class BlueskyProvider(RestProvider):
     ) -> Outcome | None:
         """Our post under `rkey` if it is there (delivered), another record (a collision),
         or None when the key is free or the read gave no answer."""
-        url = f"{self._base(via)}/xrpc/com.atproto.repo.getRecord"
-        params = {"repo": session.did, "collection": COLLECTION, "rkey": rkey}
-        reply = self.request("lookup", "GET", url, redactor, params=params,
-                             headers={"authorization": f"Bearer {session.access}"})  # fmt: skip
+        reply = self._get_record(via, session, rkey, redactor)
         if not isinstance(reply, Reply) or reply.status != 200:
             return None
         data = reply.json()
-        value = field(data, "value")
         uri = str(field(data, "uri") or f"at://{session.did}/{COLLECTION}/{rkey}")
-        if (
-            field(value, "text") == record["text"]
-            and field(value, "createdAt") == record["createdAt"]
-        ):
+        if ours(field(data, "value"), record["text"], record["createdAt"]):
             return Delivered(uri)
         return Rejected("rkey_collision", f"the record key {rkey} holds another record")
+
+    def _get_record(
+        self, via: Via, session: Session, rkey: str, redactor: Redactor
+    ) -> Reply | Outcome:
+        url = f"{self._base(via)}/xrpc/com.atproto.repo.getRecord"
+        params = {"repo": session.did, "collection": COLLECTION, "rkey": rkey}
+        return self.request("lookup", "GET", url, redactor, params=params,
+                            headers={"authorization": f"Bearer {session.access}"})  # fmt: skip
+
+    def lookup(self, action: Action, via: Via | None = None) -> LookupResult:
+        return safe_lookup(self.name, action, self.timeout, lambda: self._lookup(action, via))
+
+    def _lookup(self, action: Action, via: Via | None) -> LookupResult:
+        if via is None:
+            return Unknown("Bluesky is asked only through the action's connection")
+        payload = Payload.model_validate(action.payload)
+        redactor = Redactor.of(via.credentials)
+        rkey = rkey_for(action)
+        session = self._session(via, redactor)
+        reply: Reply | Outcome | None = None
+        for _ in range(2):  # once more with a fresh session if the token expired
+            if not isinstance(session, Session):
+                return Unknown(f"Bluesky sign-in: {unanswered(session)}")
+            reply = self._get_record(via, session, rkey, redactor)
+            if not isinstance(reply, Reply) or _error(reply) not in EXPIRED:
+                break
+            session = self._session(via, redactor, fresh=True)
+        if not isinstance(reply, Reply):
+            return Unknown(f"Bluesky getRecord: {unanswered(reply) if reply else 'no answer'}")
+        data = reply.json()
+        error = _error(reply)
+        if reply.status == 200 and isinstance(session, Session):
+            if not ours(field(data, "value"), payload.text, created_at(action)):
+                return Unknown(f"the record key {rkey} holds another record")
+            uri = str(field(data, "uri") or f"at://{session.did}/{COLLECTION}/{rkey}")
+            cid = field(data, "cid")
+            return Found(uri, f"cid {cid}" if cid else "")
+        if reply.status == 400 and error == "RecordNotFound":
+            return Absent(f"no record at {rkey}")
+        self.log(action.id, f"{self._base(via)}/xrpc/com.atproto.repo.getRecord", reply,
+                 redactor)  # fmt: skip
+        return Unknown(f"Bluesky getRecord answered HTTP {reply.status} "
+                       f"{redactor.tenant(error)}".rstrip())  # fmt: skip
 
     def send(self, action: Action, via: Via | None = None) -> Outcome:
         if via is None:
@@ -310,8 +370,7 @@ class BlueskyProvider(RestProvider):
         record: dict[str, Any] = {
             "$type": COLLECTION,
             "text": payload.text,
-            # The publish time, not the send time: the same on every attempt.
-            "createdAt": action.publish_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            "createdAt": created_at(action),
         }
         if payload.langs:
             record["langs"] = payload.langs

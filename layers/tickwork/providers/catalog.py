@@ -95,7 +95,7 @@ def check_connection(
 
 # Settings that are URLs a tenant chose: checked against private addresses when written.
 URL_SETTINGS: dict[str, tuple[str, ...]] = {
-    "webhook": ("url",),
+    "webhook": ("url", "status_url"),
     "mastodon": ("instance_url",),
     "bluesky": ("service_url",),
 }

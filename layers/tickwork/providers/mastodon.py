@@ -14,6 +14,12 @@ The status `id` is the provider id.
 | other 4xx | rejected `provider_rejected` |
 | 429 | transient (`X-RateLimit-Reset` or Retry-After honoured) |
 | 5xx, timeouts after sending | ambiguous, retried with the same Idempotency-Key |
+
+No lookup: Mastodon cannot be asked for a status by its Idempotency-Key (the key only
+makes a repeated create answer with the first status, for about an hour), and a status
+carries nothing of ours to search for; matching the account's recent statuses by text
+cannot tell two identical posts apart. Retries inside that hour are safe instead; a row
+left `stuck` or `ambiguous` after it stays for a person.
 """
 
 from __future__ import annotations

@@ -17,29 +17,50 @@ idempotency key, so the action id goes in `Metadata.tickwork_action_id`, where
 | 429 | transient (rate limited; Retry-After honoured) |
 | 503 | transient (maintenance: not accepted) |
 | 500, other 5xx, timeouts after sending | ambiguous (no idempotency key: fails as `ambiguous`) |
+
+Lookup (`lookup`): `GET /messages/outbound?count=50&offset=0&metadata_tickwork_action_id=<id>`
+(and `messagestream` when the send named one), with the same server token. A message
+carrying our id is found (its `MessageID`); an empty result is absent, authoritatively,
+once the search has had time to index a message (`lookup_grace`) and while Postmark still
+keeps it (`lookup_retention`: 45 days by default, 7 to 365 when the server's retention was
+changed; the option `retention_days` says so). Anything else is unknown.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
 from tickwork.actions import Action
 from tickwork.providers.base import (
+    Absent,
     Ambiguous,
     Delivered,
+    Found,
+    LookupResult,
     Outcome,
+    ProviderError,
     Rejected,
     Transient,
+    Unknown,
     Verified,
     Via,
 )
 from tickwork.providers.http import Redactor, Reply, retry_after_seconds
-from tickwork.providers.rest import RestProvider, field, unanswered
+from tickwork.providers.rest import RestProvider, field, safe_lookup, unanswered
 from tickwork.providers.schema import Schema, mailbox
 
 MAX_RECIPIENTS = 50
+METADATA_KEY = "tickwork_action_id"
+# Messages API: "Messages expire after your retention period, which is 45 days by default
+# (but retention can be customized from 7 to 365 days)".
+# https://postmarkapp.com/developer/api/messages-api
+DEFAULT_RETENTION_DAYS = 45
+# Postmark does not document how soon a sent message is searchable; its activity feed
+# shows messages within seconds. Absent is trusted only after this.
+SEARCH_GRACE = timedelta(minutes=15)
 REJECTIONS = {
     10: "auth_failed",
     300: "invalid_request",
@@ -117,7 +138,7 @@ def request_body(action: Action, via: Via) -> dict[str, Any]:
         "From": payload.from_address or via.settings["from"],
         "To": ", ".join(payload.to),
         "Subject": payload.subject,
-        "Metadata": {**(payload.metadata or {}), "tickwork_action_id": str(action.id)},
+        "Metadata": {**(payload.metadata or {}), METADATA_KEY: str(action.id)},
     }
     optional = {
         "Cc": ", ".join(payload.cc) if payload.cc else None,
@@ -157,6 +178,14 @@ class PostmarkProvider(RestProvider):
     name = "postmark"
     default_api_url = "https://api.postmarkapp.com"
     idempotent = False
+    lookup_grace = SEARCH_GRACE
+
+    def __init__(self, options: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        super().__init__(options, *args, **kwargs)
+        days = options.get("retention_days", DEFAULT_RETENTION_DAYS)
+        if not isinstance(days, int) or isinstance(days, bool) or not 7 <= days <= 365:
+            raise ProviderError("postmark options.retention_days is a whole number, 7 to 365")
+        self.lookup_retention = timedelta(days=days)
 
     def _headers(self, via: Via) -> dict[str, str]:
         return {"accept": "application/json", "content-type": "application/json",
@@ -169,6 +198,42 @@ class PostmarkProvider(RestProvider):
         url = f"{self.api_url}/email"
         body, headers = request_body(action, via), self._headers(via)
         return self.deliver(action, "POST", url, redactor, outcome, json=body, headers=headers)
+
+    def lookup(self, action: Action, via: Via | None = None) -> LookupResult:
+        return safe_lookup(self.name, action, self.timeout, lambda: self._lookup(action, via))
+
+    def _lookup(self, action: Action, via: Via | None) -> LookupResult:
+        if via is None:
+            return Unknown("Postmark is searched only through the action's connection")
+        params = {"count": "50", "offset": "0", f"metadata_{METADATA_KEY}": str(action.id)}
+        stream = Payload.model_validate(action.payload).message_stream or via.settings.get(
+            "message_stream"
+        )
+        if stream:  # the search looks in one stream; the default is the transactional one
+            params["messagestream"] = str(stream)
+        redactor = Redactor.of(via.credentials)
+        url = f"{self.api_url}/messages/outbound"
+        reply = self.request(action.id, "GET", url, redactor, params=params,
+                             headers=self._headers(via))  # fmt: skip
+        if not isinstance(reply, Reply):
+            return Unknown(f"Postmark search: {unanswered(reply)}")
+        body = reply.json()
+        messages = field(body, "Messages")
+        if reply.status != 200 or not isinstance(messages, list):
+            self.log(action.id, url, reply, redactor)
+            code = field(body, "ErrorCode")
+            return Unknown(f"Postmark search answered HTTP {reply.status}"
+                           + (f" ErrorCode {code}" if isinstance(code, int) else ""))  # fmt: skip
+        ours = [m for m in messages
+                if str(field(field(m, "Metadata"), METADATA_KEY)) == str(action.id)
+                and field(m, "MessageID")]  # fmt: skip
+        if ours:
+            # Newest first: the last is the first copy Postmark accepted.
+            return Found(str(ours[-1]["MessageID"]), f"Postmark has {len(ours)} message(s)")
+        if messages or field(body, "TotalCount") not in (0, None):
+            # Messages, none of them ours: the filter did not apply; nothing can be said.
+            return Unknown("Postmark search returned messages without this action's id")
+        return Absent("Postmark has no message with this action's id")
 
     def verify(self, via: Via) -> Verified:
         redactor = Redactor.of(via.credentials)

@@ -1,16 +1,62 @@
 """What the HTTP API providers share: a guarded client with a total deadline, the base URL
 (the provider's own, or the operator's override, e.g. a local fake server), and one call
-that either answers or says what a failure to get an answer means."""
+that either answers or says what a failure to get an answer means.
+
+Lookups (the `Lookup` capability) share one budget: however many calls a lookup makes
+(a sign-in, pages of a search), all of them end within one outbound deadline.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextvars
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tickwork.actions import Action
+from tickwork.observability import logger
 from tickwork.providers import http
-from tickwork.providers.base import Delivered, Outcome, ProviderError, Via
+from tickwork.providers.base import (
+    Delivered,
+    LookupResult,
+    Outcome,
+    ProviderError,
+    Transient,
+    Unknown,
+    Via,
+)
 from tickwork.providers.http import OutboundPolicy, Redactor, Reply
+
+# When the current lookup must be over (time.monotonic()); None outside a lookup.
+_lookup_until: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "tickwork_lookup_until", default=None
+)
+
+
+@contextmanager
+def budget(seconds: float) -> Iterator[None]:
+    """Every call made inside ends within `seconds` from now, together."""
+    token = _lookup_until.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _lookup_until.reset(token)
+
+
+def safe_lookup(
+    provider: str, action: Action, seconds: float, run: Callable[[], LookupResult]
+) -> LookupResult:
+    """`run` within one deadline, never raising: any failure is Unknown, with a reason that
+    names the kind of failure only (exception texts can carry URLs, bodies or tokens)."""
+    try:
+        with budget(seconds):
+            return run()
+    except Exception as exc:  # a lookup must answer, whatever went wrong
+        logger.warning("provider lookup failed",
+                       extra={"provider": provider, "action_id": str(action.id),
+                              "error": type(exc).__name__})  # fmt: skip
+        return Unknown(f"{provider} lookup failed ({type(exc).__name__})")
 
 
 class RestProvider:
@@ -41,9 +87,15 @@ class RestProvider:
         self, action_id: object, method: str, url: str, redactor: Redactor, **kwargs: Any
     ) -> Reply | Outcome:
         """The reply, or the outcome of not getting one (logged for the operator)."""
+        total = self.timeout
+        until = _lookup_until.get()
+        if until is not None:  # inside a lookup: what is left of its one deadline
+            total = min(total, until - time.monotonic())
+            if total <= 0:
+                return Transient("the lookup's deadline passed")
         try:
             return http.call(
-                self.client, method, url, total_seconds=self.timeout,
+                self.client, method, url, total_seconds=total,
                 max_body_bytes=self.max_body_bytes, **kwargs,
             )  # fmt: skip
         except Exception as exc:

@@ -16,6 +16,10 @@ botocore's own retries are off: a retry after a timeout could send twice.
 | `TooManyRequestsException`, `LimitExceededException`, throttling | transient |
 | could not connect | transient |
 | 5xx, read timeouts | ambiguous (no idempotency key: fails as `ambiguous`) |
+
+No lookup: SES has no API to find a sent message (by id, tag or anything else); the
+`EmailTags` reach only event destinations (SNS, Firehose, CloudWatch) an operator sets up
+on a configuration set. A row left `ambiguous` or `stuck` stays for a person, as before.
 """
 
 from __future__ import annotations

@@ -16,6 +16,13 @@ idempotency key: an ambiguous attempt fails as `ambiguous` rather than risk a se
 | other 4xx | rejected `provider_rejected` |
 | 429 (code 20429) | transient: documented as never processed (Retry-After honoured) |
 | 5xx, timeouts after sending | ambiguous |
+
+No lookup: `GET .../Messages.json` lists messages by `To`, `From` and `DateSent` only, and a
+message carries nothing of ours (no metadata or client reference; the status callback URL
+is not returned). Matching on recipient, body and time cannot tell our SMS from another
+with the same text to the same number (a recurring reminder sends exactly that), and
+accounts that redact message bodies return none to match. So a row left `ambiguous` or
+`stuck` stays for a person, as before.
 """
 
 from __future__ import annotations

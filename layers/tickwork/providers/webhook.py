@@ -10,6 +10,16 @@ connection (settings `url`, credentials `signing_secret`). Status codes map to o
 2xx delivered; 429, 503 and 408 provably not processed (Retry-After honoured); other 5xx,
 read timeouts and dropped connections ambiguous (retried, since receivers deduplicate);
 any other status rejected.
+
+Receiver status endpoint (optional; the `Lookup`): an endpoint (or connection) may name a
+`status_url`, a URL template holding `{webhook_id}` in its path or query. Asked whether a
+message arrived, Tickwork sends `GET` to it with the webhook-id put in, signed like a
+delivery (`webhook-id`, `webhook-timestamp`, `webhook-signature` over `{id}.{timestamp}.`
+and an empty body). The receiver answers `200 {"received": true}` when it has that
+webhook-id (found), `404` or `200` with `{"received": false}` when it has not (absent; a
+404 without that body is not an answer, e.g. a wrong path). Anything else is unknown. The
+URL is checked like the delivery URL: http(s), public addresses, at configuration and at
+every connect.
 """
 
 from __future__ import annotations
@@ -20,7 +30,9 @@ import hmac
 import json
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
@@ -28,12 +40,16 @@ from tickwork.actions import Action
 from tickwork.errors import InputError
 from tickwork.providers import http
 from tickwork.providers.base import (
+    Absent,
     Ambiguous,
     Delivered,
+    Found,
+    LookupResult,
     Outcome,
     ProviderError,
     Rejected,
     Transient,
+    Unknown,
     Verified,
     Via,
 )
@@ -44,6 +60,24 @@ __all__ = ["WebhookProvider", "decode_secret", "retry_after_seconds", "sign", "v
 
 SECRET_PREFIX = "whsec_"
 NOT_PROCESSED = frozenset({408, 429, 503})
+PLACEHOLDER = "{webhook_id}"
+
+
+def status_template(template: str) -> str:
+    """A valid status_url template: `{webhook_id}` in its path or query (never the host)."""
+    if PLACEHOLDER not in template:
+        raise ValueError(f"status_url must hold {PLACEHOLDER} where the webhook-id goes")
+    if PLACEHOLDER in urlsplit(template).netloc:
+        raise ValueError(f"status_url may hold {PLACEHOLDER} only in its path or query")
+    return template
+
+
+def status_url_for(template: str, message_id: str) -> str:
+    return template.replace(PLACEHOLDER, message_id)
+
+
+def message_id_of(action: Action) -> str:
+    return f"msg_{action.id.hex}"
 
 
 def decode_secret(secret: str) -> bytes:
@@ -77,6 +111,15 @@ def verify(secret: bytes, headers: dict[str, str], body: bytes, tolerance: int =
 
 class WebhookSettings(Schema):
     url: str = Field(min_length=1, max_length=2000, description="http(s), a public address")
+    status_url: str | None = Field(
+        default=None, min_length=1, max_length=2000,
+        description="optional: where to ask whether a webhook-id arrived ({webhook_id} in it)",
+    )  # fmt: skip
+
+    @field_validator("status_url")
+    @classmethod
+    def _status(cls, value: str | None) -> str | None:
+        return None if value is None else status_template(value)
 
 
 class WebhookCredentials(Schema):
@@ -96,6 +139,7 @@ class WebhookCredentials(Schema):
 class Endpoint:
     url: str
     secret: bytes
+    status_url: str | None = None
 
 
 def envelope(action: Action) -> dict[str, Any]:
@@ -117,6 +161,11 @@ def envelope(action: Action) -> dict[str, Any]:
 class WebhookProvider:
     idempotent = True
     io_bound = True
+    # Receivers choose how long they keep webhook-ids; Standard Webhooks sets no period. The
+    # README asks a status endpoint to answer for at least this long.
+    lookup_retention = timedelta(days=7)
+    # A delivery cut off by our deadline may still be processing at the receiver.
+    lookup_grace = timedelta(minutes=5)
 
     def __init__(
         self,
@@ -147,30 +196,39 @@ class WebhookProvider:
         try:
             # The scheme is checked now; addresses when each call connects.
             url = http.check_url(str(spec["url"]), self.policy, resolve=False)
+            status = spec.get("status_url")
+            if status is not None:
+                http.check_url(status_template(str(status)), self.policy, resolve=False)
         except InputError as exc:
             raise ProviderError(f"webhook endpoint {name!r}: {exc.message}") from exc
-        return Endpoint(url=str(url), secret=decode_secret(secret))
+        except ValueError as exc:
+            raise ProviderError(f"webhook endpoint {name!r}: {exc}") from exc
+        return Endpoint(url=str(url), secret=decode_secret(secret),
+                        status_url=None if status is None else str(status))  # fmt: skip
 
-    def send(self, action: Action, via: Via | None = None) -> Outcome:
+    def _endpoint_of(self, action: Action, via: Via | None) -> Endpoint | Rejected:
         if via is not None:
             try:
-                endpoint = Endpoint(
-                    via.settings["url"], decode_secret(via.credentials["signing_secret"])
-                )
+                return Endpoint(
+                    via.settings["url"], decode_secret(via.credentials["signing_secret"]),
+                    via.settings.get("status_url"),
+                )  # fmt: skip
             except (KeyError, ProviderError):
                 return Rejected(
                     "connection_invalid", "the webhook connection lacks a url or secret"
                 )
-        else:
-            found = self.endpoints.get(action.target_key)
-            if found is None:
-                return Rejected(
-                    "not_configured", f"no webhook endpoint named {action.target_key!r}"
-                )
-            endpoint = found
+        found = self.endpoints.get(action.target_key)
+        if found is None:
+            return Rejected("not_configured", f"no webhook endpoint named {action.target_key!r}")
+        return found
+
+    def send(self, action: Action, via: Via | None = None) -> Outcome:
+        endpoint = self._endpoint_of(action, via)
+        if isinstance(endpoint, Rejected):
+            return endpoint
         body = json.dumps(envelope(action), separators=(",", ":")).encode()
         timestamp = int(time.time())
-        message_id = f"msg_{action.id.hex}"
+        message_id = message_id_of(action)
         headers = {
             "content-type": "application/json",
             "webhook-id": message_id,
@@ -209,10 +267,58 @@ class WebhookProvider:
             return Ambiguous(detail, retry_after)
         return Rejected("provider_rejected", detail)
 
+    def lookup(self, action: Action, via: Via | None = None) -> LookupResult:
+        """Ask the receiver's status endpoint, when it has one (see the module's notes)."""
+        try:
+            return self._lookup(action, via)
+        except Exception as exc:  # a lookup must answer, whatever went wrong
+            return Unknown(f"webhook lookup failed ({type(exc).__name__})")
+
+    def _lookup(self, action: Action, via: Via | None) -> LookupResult:
+        endpoint = self._endpoint_of(action, via)
+        if isinstance(endpoint, Rejected):
+            return Unknown(endpoint.message)
+        if not endpoint.status_url:
+            return Unknown("the webhook endpoint has no status_url to ask")
+        message_id = message_id_of(action)
+        url = status_url_for(endpoint.status_url, message_id)
+        where = http.public_url(url)
+        timestamp = int(time.time())
+        headers = {
+            "accept": "application/json",
+            "webhook-id": message_id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": sign(endpoint.secret, message_id, timestamp, b""),
+        }
+        redactor = http.Redactor.of(url, endpoint.url,
+                                    base64.b64encode(endpoint.secret).decode())  # fmt: skip
+        try:
+            reply = http.call(
+                self.client, "GET", url, headers=headers,
+                total_seconds=self.timeout, max_body_bytes=self.max_body_bytes,
+            )  # fmt: skip
+        except Exception as exc:
+            http.log_answer("webhook", action.id, http.redacted_url(url), None, redactor, exc)
+            failed = http.outcome_of_error(exc, where)
+            return Unknown(f"the status endpoint: {getattr(failed, 'message', 'no answer')}")
+        body = reply.json()
+        received = body.get("received") if isinstance(body, dict) else None
+        if reply.status == 200 and received is True:
+            return Found(reply.headers.get("x-request-id") or message_id, f"{where} has it")
+        if reply.status in (200, 404) and received is False:
+            return Absent(f"{where} has no {message_id}")
+        http.log_answer("webhook", action.id, http.redacted_url(url), reply, redactor)
+        return Unknown(
+            f"the status endpoint {where} answered HTTP {reply.status}"
+            + ("" if reply.status != 200 else " without received true or false")
+        )
+
     def verify(self, via: Via) -> Verified:
         """A webhook has no authenticated no-op call: check the URL's addresses now."""
         try:
             http.check_url(str(via.settings.get("url", "")), self.policy)
+            if via.settings.get("status_url"):
+                http.check_url(str(via.settings["status_url"]), self.policy)
         except InputError as exc:
             return Verified(False, exc.message)
         return Verified(True, "the URL is callable; deliveries are signed with your secret")
