@@ -14,13 +14,6 @@ where workspace_id = %(workspace_id)s
 order by publish_at, id
 limit %(limit)s
 
--- name: stats_counts
-select status, action_type, count(*) as count
-from scheduled_actions
-where workspace_id = %(workspace_id)s
-group by status, action_type
-order by status, action_type
-
 -- name: stats_backlog
 -- Queued rows already due, through the two partial indexes of queued rows (not in a queue,
 -- and in one): both are small unless something is behind.
