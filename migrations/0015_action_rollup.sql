@@ -63,6 +63,9 @@ language sql volatile as $$
     select pg_advisory_xact_lock(hashtextextended('tickwork.action_rollup', 0));
 $$;
 
+-- Only the owner (and the triggers, which run as the owner) takes these locks.
+revoke execute on function tickwork_rollup_watermark(), tickwork_rollup_lock() from public;
+
 -- Security definer: the API inserts rows and retries them as tickwork_api, which may not write
 -- the rollup itself. The rows counted are the statement's own.
 create function tickwork_rollup_insert() returns trigger

@@ -10,7 +10,7 @@ from uuid import UUID
 from psycopg.rows import dict_row
 
 from tickwork import rollup
-from tickwork.calendar import SERIAL
+from tickwork.calendar import SMALL_READS
 from tickwork.db import Connection
 from tickwork.ops.queues import Depth
 from tickwork.ops.text import duration, relative, stamp
@@ -100,7 +100,7 @@ def gather(
         "stuck_timeout_seconds": stuck_timeout_seconds,
     }
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        conn.execute(SERIAL)  # as /v1/stats: the due backlog is small, whatever the plan says
+        conn.execute(SMALL_READS)  # as /v1/stats: what it reads is small, whatever the plan says
         # How many are queued from the rollup; what is due and next from the due indexes:
         # neither reads the rows queued for later, however many.
         queued = {

@@ -14,6 +14,12 @@ where workspace_id = %(workspace_id)s
 order by publish_at, id
 limit %(limit)s
 
+-- name: small_reads
+-- Settings for the rest of a stats transaction (see calendar.SMALL_READS).
+select set_config('max_parallel_workers_per_gather', '0', true),
+       set_config('jit', 'off', true),
+       set_config('enable_seqscan', 'off', true)
+
 -- name: stats_backlog
 -- Queued rows already due, through the two partial indexes of queued rows (not in a queue,
 -- and in one): both are small unless something is behind.
