@@ -60,8 +60,8 @@ bench: $(STAMP)
 
 # The hot statements at 10k rows and at a large backlog (SCALE_FUTURE future rows and
 # SCALE_TERMINAL finished ones): each should stay within 2x.
-SCALE_FUTURE ?= 1000000
-SCALE_TERMINAL ?= 100000
+SCALE_FUTURE ?= 10000000
+SCALE_TERMINAL ?= 1000000
 bench-scale: $(STAMP)
 	$(BIN)/python -m tickwork.bench_scale --future $(SCALE_FUTURE) --terminal $(SCALE_TERMINAL)
 

@@ -606,4 +606,11 @@ def handle_reconcile(context: LambdaContext, runtime: Runtime) -> dict[str, Any]
     emit_advance(advanced)
     if advanced.made:
         enqueue_soon(runtime.db.connection(), runtime.queues, advanced.made, runtime.settings)
-    return summary.as_dict() | {"sequences": advanced.as_dict()}
+    # The stats rollup's watermark moves up to what has finished (tickwork.rollup).
+    from tickwork import rollup
+
+    rolled = rollup.advance(runtime.db.connection())
+    return summary.as_dict() | {
+        "sequences": advanced.as_dict(),
+        "rollup": rolled.as_dict(),
+    }

@@ -3,7 +3,7 @@ statements, and the scale check builds its table and times every operation."""
 
 from __future__ import annotations
 
-from tickwork import bench, bench_scale
+from tickwork import bench, bench_scale, rollup
 from tickwork.db import connect
 
 
@@ -22,22 +22,40 @@ def test_the_floor_publishes_every_row_once(database_url):
 
 def test_the_scale_check_times_every_operation_and_changes_nothing(database_url):
     with connect(database_url) as conn:
+        schema = (
+            "select indexdef from pg_indexes where tablename = 'scheduled_actions'"
+            " union all select conname || pg_get_constraintdef(oid) from pg_constraint"
+            " where conrelid = 'scheduled_actions'::regclass"
+            "    or confrelid = 'scheduled_actions'::regclass"
+        )
+        indexes = sorted(conn.execute(schema).fetchall())
         workspace = bench_scale.build(conn, future=3000, terminal=300)
+        # the load dropped and rebuilt the indexes and keys: all are back, as they were
+        assert sorted(conn.execute(schema).fetchall()) == indexes
         before = conn.execute(
             "select status, count(*) from scheduled_actions group by status order by status"
         ).fetchall()
-        timings = bench_scale.measure(conn, workspace, repeat=1)
+        timings = bench_scale.measure({"one": conn}, {"one": workspace}, repeat=1)["one"]
         after = conn.execute(
             "select status, count(*) from scheduled_actions group by status order by status"
         ).fetchall()
+        # the rollup counts what was loaded
+        counts = {(c["status"], c["count"]) for c in rollup.counts(conn, workspace)}
     assert set(timings) == {
+        "calendar page (100)",
+        "/v1/stats",
+        "  its counts (the rollup)",
+        "  its due backlog",
+        "  its lag (rows due in 1 h)",
+        "`tickwork status`",
+        "(/v1/stats before: a scan)",
         "tick due query (mark 2,000)",
         "claim (1,000)",
         "finalize (1,000)",
-        "calendar page (100)",
-        "/v1/stats",
+        "  same, without 0015's index+trigger",
     }
     assert all(seconds >= 0 for seconds in timings.values())
     assert timings["claim (1,000)"] > 0
     # Every operation ran in a transaction rolled back: the table is as it was built
     assert before == after == [("published", 300), ("queued", bench_scale.DUE_ROWS + 3000)]
+    assert counts == {("published", 300), ("queued", bench_scale.DUE_ROWS + 3000)}

@@ -9,12 +9,15 @@ from uuid import UUID
 
 from psycopg.rows import dict_row
 
+from tickwork import rollup
+from tickwork.calendar import SMALL_READS
 from tickwork.db import Connection
 from tickwork.ops.queues import Depth
 from tickwork.ops.text import duration, relative, stamp
 from tickwork.sql import query
 
-_BACKLOG = query("status_backlog")
+_DUE = query("status_due")
+_NEXT_DUE = query("status_next_due")
 _LAG = query("status_lag")
 _OUTCOMES = query("status_outcomes")
 _ATTENTION = query("status_attention")
@@ -96,17 +99,41 @@ def gather(
         "window_seconds": window_seconds,
         "stuck_timeout_seconds": stuck_timeout_seconds,
     }
-    with conn.cursor(row_factory=dict_row) as cur:
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        conn.execute(SMALL_READS)  # as /v1/stats: what it reads is small, whatever the plan says
+        # How many are queued from the rollup; what is due and next from the due indexes:
+        # neither reads the rows queued for later, however many.
+        queued = {
+            c["action_type"]: c["count"]
+            for c in rollup.counts(conn, workspace_id)
+            if c["status"] == "queued"
+        }
+        due = {row["action_type"]: row for row in cur.execute(_DUE, params).fetchall()}
+        types = sorted(queued)
+        next_due = {
+            row["action_type"]: row["next_due"]
+            for row in cur.execute(_NEXT_DUE, params | {"action_types": types}).fetchall()
+        }
         backlog = [
-            {**row, "oldest_due_age_seconds": _round(row["oldest_due_age_seconds"])}
-            for row in cur.execute(_BACKLOG, params).fetchall()
+            {
+                "action_type": name,
+                "queued": queued[name],
+                "due": due[name]["due"] if name in due else 0,
+                "oldest_due_age_seconds": (
+                    _round(due[name]["oldest_due_age_seconds"]) if name in due else None
+                ),
+                "next_due": next_due.get(name),
+            }
+            for name in types
         ]
         lag_rows = cur.execute(_LAG, params).fetchall()
         outcomes = [
             {**row, "error_code": row["error_code"] or None}
             for row in cur.execute(_OUTCOMES, params).fetchall()
         ]
-        attention = cur.execute(_ATTENTION, params).fetchone() or {}
+        attention = rollup.needs_person(conn, workspace_id) | dict(
+            cur.execute(_ATTENTION, params).fetchone() or {}
+        )
     overall = next((r for r in lag_rows if r["action_type"] is None), None)
     lag_ms: dict[str, Any] = {
         "sample": overall["sample"] if overall else 0,

@@ -14,12 +14,11 @@ where workspace_id = %(workspace_id)s
 order by publish_at, id
 limit %(limit)s
 
--- name: stats_counts
-select status, action_type, count(*) as count
-from scheduled_actions
-where workspace_id = %(workspace_id)s
-group by status, action_type
-order by status, action_type
+-- name: small_reads
+-- Settings for the rest of a stats transaction (see calendar.SMALL_READS).
+select set_config('max_parallel_workers_per_gather', '0', true),
+       set_config('jit', 'off', true),
+       set_config('enable_seqscan', 'off', true)
 
 -- name: stats_backlog
 -- Queued rows already due, through the two partial indexes of queued rows (not in a queue,

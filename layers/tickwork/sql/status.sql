@@ -1,21 +1,45 @@
 -- What `tickwork status` shows an operator: across workspaces (the owner's connection),
 -- or one workspace when %(workspace_id)s is set. Not hot paths: run by hand.
 
--- name: status_backlog
--- Queued rows per action type: how many, how many already due, the oldest due and the next.
-select action_type,
-       count(*) as queued,
-       count(*) filter (where coalesce(next_attempt_at, publish_at) <= now()) as due,
-       extract(epoch from now() - min(coalesce(next_attempt_at, publish_at))
-           filter (where coalesce(next_attempt_at, publish_at) <= now()))::float8
-           as oldest_due_age_seconds,
-       min(coalesce(next_attempt_at, publish_at))
-           filter (where coalesce(next_attempt_at, publish_at) > now()) as next_due
-from scheduled_actions
-where status = 'queued'
-  and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
+-- name: status_due
+-- Queued rows already due per action type, through the two partial indexes of queued rows
+-- (small unless something is behind). How many are queued comes from the rollup.
+with due as (
+    select action_type, coalesce(next_attempt_at, publish_at) as due_at
+    from scheduled_actions
+    where status = 'queued' and enqueued_at is null
+      and coalesce(next_attempt_at, publish_at) <= now()
+      and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
+    union all
+    select action_type, coalesce(next_attempt_at, publish_at)
+    from scheduled_actions
+    where status = 'queued' and enqueued_at is not null
+      and coalesce(next_attempt_at, publish_at) <= now()
+      and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
+)
+select action_type, count(*) as due,
+       extract(epoch from now() - min(due_at))::float8 as oldest_due_age_seconds
+from due
 group by action_type
-order by action_type
+
+-- name: status_next_due
+-- The next queued row to fall due, per action type: the first one along the due index that
+-- has the type (a walk that ends at once unless a type is rare far ahead), or one the tick
+-- already handed to its queue ahead of time.
+select t.action_type, least(
+    (select coalesce(next_attempt_at, publish_at) from scheduled_actions
+     where status = 'queued' and enqueued_at is null
+       and coalesce(next_attempt_at, publish_at) > now()
+       and action_type = t.action_type
+       and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
+     order by coalesce(next_attempt_at, publish_at) limit 1),
+    (select min(coalesce(next_attempt_at, publish_at)) from scheduled_actions
+     where status = 'queued' and enqueued_at is not null
+       and coalesce(next_attempt_at, publish_at) > now()
+       and action_type = t.action_type
+       and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s))
+) as next_due
+from unnest(%(action_types)s::text[]) as t (action_type)
 
 -- name: status_lag
 -- How late rows due in the window were claimed (claim time - publish_at, ms), per action
@@ -25,11 +49,18 @@ select action_type, count(*) as sample,
            order by extract(epoch from submitted_at - publish_at) * 1000) as p50,
        percentile_cont(0.99) within group (
            order by extract(epoch from submitted_at - publish_at) * 1000) as p99
-from scheduled_actions
-where publish_at >= now() - make_interval(secs => %(window_seconds)s)
-  and publish_at <= now()
-  and submitted_at is not null
-  and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
+from workspaces w
+-- Each workspace's window along the calendar index (no index has publish_at first); offset 0
+-- keeps the planner from merging this into a scan of every row.
+cross join lateral (
+    select action_type, publish_at, submitted_at from scheduled_actions a
+    where a.workspace_id = w.id
+      and publish_at >= now() - make_interval(secs => %(window_seconds)s)
+      and publish_at <= now()
+      and submitted_at is not null
+    offset 0
+) a
+where %(workspace_id)s::uuid is null or w.id = %(workspace_id)s
 group by grouping sets ((action_type), ())
 order by action_type nulls first
 
@@ -44,14 +75,10 @@ group by action_type, status, error_code
 order by action_type, status, error_code
 
 -- name: status_attention
--- Rows waiting for a person: failed as stuck or ambiguous (the provider may have them; check
--- before retrying), and rows submitted longer than the stuck timeout (about to be).
-select count(*) filter (where status = 'failed' and error_code = 'stuck') as stuck,
-       count(*) filter (where status = 'failed' and error_code = 'ambiguous') as ambiguous,
-       count(*) filter (
-           where status = 'submitted'
-             and submitted_at < now() - make_interval(secs => %(stuck_timeout_seconds)s)
-       ) as submitted_too_long
+-- Rows submitted longer than the stuck timeout (about to be failed as stuck), through the
+-- in-flight index. The failures waiting for a person come from the rollup.
+select count(*) as submitted_too_long
 from scheduled_actions
-where status in ('failed', 'submitted')
+where submitted_at is not null and finished_at is null and status = 'submitted'
+  and submitted_at < now() - make_interval(secs => %(stuck_timeout_seconds)s)
   and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)

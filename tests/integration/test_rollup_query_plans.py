@@ -1,0 +1,112 @@
+"""The stats and `tickwork status` read small indexes and the rollup, never every row:
+checked with EXPLAIN on a table with a large backlog and a long history."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from tests.integration.test_query_plans import index_scans, plan_of, seq_scans
+from tickwork import rollup
+from tickwork.sql import query
+
+
+@pytest.fixture
+def backlog_and_history(conn, workspace, now):
+    """100k rows queued for later, 100 due, 50 in flight, 50k finished over 30 days and a
+    few since the watermark."""
+    conn.execute(
+        "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
+        " select %(ws)s, 'webhook', 't', %(now)s + g * interval '1 second'"
+        " from generate_series(1, 100000) g",
+        {"ws": workspace, "now": now + timedelta(hours=1)},
+    )
+    conn.execute(
+        "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
+        " select %(ws)s, 'webhook', 'due', %(now)s - g * interval '1 second'"
+        " from generate_series(1, 150) g",
+        {"ws": workspace, "now": now},
+    )
+    conn.execute(
+        "update scheduled_actions set status = 'submitted', submitted_at = now(),"
+        " attempt_count = 1 where id in (select id from scheduled_actions"
+        " where target_key = 'due' limit 50)"
+    )
+    conn.execute(
+        "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at,"
+        " status, submitted_at, finished_at, error_code)"
+        " select %(ws)s, 'webhook', 'h', %(now)s - g * interval '1 minute',"
+        "        case when g %% 10 = 0 then 'failed' else 'published' end,"
+        "        %(now)s - g * interval '1 minute', %(now)s - g * interval '1 minute',"
+        "        case when g %% 100 = 0 then 'ambiguous' end"
+        " from generate_series(1, 50000) g",
+        {"ws": workspace, "now": now},
+    )
+    rollup.advance(conn, margin_seconds=0)
+    conn.execute(
+        "update scheduled_actions set status = 'cancelled', finished_at = now()"
+        " where id in (select id from scheduled_actions where target_key = 't' limit 20)"
+    )
+    conn.execute("vacuum analyze scheduled_actions")
+    mark = conn.execute("select finished_before from action_rollup_watermark").fetchone()[0]
+    return {"workspace_id": workspace, "mark": mark}
+
+
+def assert_no_scan_of_every_row(plan: dict[str, Any], *indexes: str) -> None:
+    shown = json.dumps(plan, indent=1)
+    assert "scheduled_actions" not in seq_scans(plan), shown
+    for name in indexes:
+        assert name in index_scans(plan), shown
+
+
+@pytest.mark.parametrize("all_workspaces", [False, True])
+def test_the_counts_read_the_rollup_and_the_finished_tail(
+    conn, backlog_and_history, all_workspaces
+):
+    params = backlog_and_history | ({"workspace_id": None} if all_workspaces else {})
+    for name in ("rollup_counts", "rollup_needs_person"):
+        plan = plan_of(conn, query(name), params)
+        assert_no_scan_of_every_row(plan, "ix_scheduled_actions_finished")
+    counts = plan_of(conn, query("rollup_counts"), params)
+    assert "ix_scheduled_actions_in_flight" in index_scans(counts)
+
+
+def test_the_counts_are_those_of_a_scan(conn, backlog_and_history):
+    found = {(c["status"], c["action_type"]): c["count"] for c in rollup.counts(conn, None)}
+    assert found == {
+        ("cancelled", "webhook"): 20,
+        ("failed", "webhook"): 5000,
+        ("published", "webhook"): 45000,
+        ("queued", "webhook"): 100080,
+        ("submitted", "webhook"): 50,
+    }
+
+
+def test_the_stats_backlog_and_lag_use_their_indexes(conn, backlog_and_history):
+    params = backlog_and_history
+    backlog = plan_of(conn, query("stats_backlog"), params)
+    assert_no_scan_of_every_row(backlog, "ix_scheduled_actions_due")
+    lag = plan_of(conn, query("stats_lag"), params)
+    assert_no_scan_of_every_row(lag, "ix_scheduled_actions_calendar")
+
+
+@pytest.mark.parametrize("all_workspaces", [False, True])
+def test_tickwork_status_uses_indexes(conn, backlog_and_history, all_workspaces):
+    params = {
+        "workspace_id": None if all_workspaces else backlog_and_history["workspace_id"],
+        "window_seconds": 3600,
+        "stuck_timeout_seconds": 900,
+        "action_types": ["webhook"],
+    }
+    expected = {
+        "status_due": "ix_scheduled_actions_due",
+        "status_next_due": "ix_scheduled_actions_due",
+        "status_lag": "ix_scheduled_actions_calendar",
+        "status_outcomes": "ix_scheduled_actions_finished",
+        "status_attention": "ix_scheduled_actions_in_flight",
+    }
+    for name, index in expected.items():
+        assert_no_scan_of_every_row(plan_of(conn, query(name), params), index)
