@@ -84,7 +84,7 @@ def _resolve_within(resolver: Resolver, host: str, port: int, seconds: float) ->
     def run() -> None:
         try:
             answer.extend(resolver(host, port))
-        except BaseException as exc:  # handed to the caller's thread
+        except Exception as exc:  # handed to the caller's thread
             failure.append(exc)
         finally:
             done.set()
