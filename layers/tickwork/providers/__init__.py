@@ -51,7 +51,6 @@ FACTORIES: dict[str, Factory] = {
     "ses": lambda options, settings: SesProvider(
         options,
         timeout=settings.provider_timeout_seconds,
-        policy=outbound_policy(settings),
         max_body_bytes=settings.provider_max_response_bytes,
     ),
     "webhook": lambda options, settings: WebhookProvider(

@@ -4,7 +4,9 @@ in `EmailTags` (`tickwork_action_id`) so the message can be found in SES event r
 botocore's own retries are off: a retry after a timeout could send twice. botocore's
 timeouts bound each socket operation only, so the signed request is sent through the guarded
 client of `http.py` instead (the client's HTTP session is replaced): one total deadline per
-call, a bounded read and the operator's destination policy, as for every other provider.
+call and a bounded read, as for every other provider. Its destination is AWS's regional
+endpoint (or the operator's `endpoint_url`), never a tenant's, so any address may be
+reached: an SES interface endpoint in the VPC resolves to private addresses.
 Past the deadline the call is ambiguous, unless it provably never left (no connection made,
 the host name not resolved).
 
@@ -65,6 +67,7 @@ AUTH = frozenset({"UnrecognizedClientException", "InvalidClientTokenId", "Access
 TRANSIENT = frozenset({"TooManyRequestsException", "LimitExceededException", "Throttling",
                        "ThrottlingException"})  # fmt: skip
 TAG_VALUE = re.compile(r"[^A-Za-z0-9_.@-]")
+ANY_ADDRESS = OutboundPolicy.allowing(["0.0.0.0/0", "::/0"])
 
 
 class Settings(Schema):
@@ -181,7 +184,7 @@ class SesProvider:
         self.endpoint_url = options.get("endpoint_url")
         self.timeout = timeout
         self.session = _Session(
-            http.client(policy or OutboundPolicy(), timeout), timeout, max_body_bytes
+            http.client(policy or ANY_ADDRESS, timeout), timeout, max_body_bytes
         )
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
