@@ -223,6 +223,20 @@ def test_the_system_resolver_is_bounded_too(monkeypatch):
         assert hook.requests == []
 
 
+def test_configuring_a_url_whose_host_resolves_too_slowly_is_refused(monkeypatch):
+    # An API request configuring a URL must not wait on a hanging resolver (it would 500)
+    monkeypatch.setattr(http, "CONFIGURE_RESOLVE_SECONDS", 0.5)
+    release = threading.Event()
+    policy = OutboundPolicy(LOOPBACK.allowed_networks, _hanging_resolver(release, 80))
+    started = time.monotonic()
+    with pytest.raises(UnsafeDestinationError) as caught:
+        check_url("http://slow.example/hook", policy)
+    release.set()
+    assert time.monotonic() - started < 1.5
+    assert caught.value.message == "host 'slow.example' did not resolve within 0.5 s"
+    assert caught.value.field == "url"
+
+
 def test_a_resolver_within_the_deadline_still_connects():
     with fake_webhook_server() as hook:
         port = int(hook.url.split(":")[2].split("/")[0])

@@ -47,6 +47,8 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024
 RETRY_AFTER_CAP_SECONDS = 86400.0
 EXCERPT_CHARS = 160
 LOG_EXCERPT_CHARS = 2000
+# A URL being configured (an API request) waits at most this long for its host to resolve.
+CONFIGURE_RESOLVE_SECONDS = 5.0
 
 # Addresses that answer with cloud credentials, named even where a range rule covers them.
 METADATA_ADDRESSES = frozenset(
@@ -178,10 +180,16 @@ def check_url(url: str, policy: OutboundPolicy, *, resolve: bool = True) -> http
     if not parsed.host:
         raise UnsafeDestinationError("the URL has no host", field="url")
     if resolve:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
         try:
-            policy.resolve(parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80))
+            policy.resolve(parsed.host, port, CONFIGURE_RESOLVE_SECONDS)
         except UnsafeDestinationError as exc:
             raise UnsafeDestinationError(exc.message, field="url") from exc
+        except ResolutionTimeoutError as exc:
+            raise UnsafeDestinationError(
+                f"host {parsed.host!r} did not resolve within {CONFIGURE_RESOLVE_SECONDS:g} s",
+                field="url",
+            ) from exc
     return parsed
 
 
