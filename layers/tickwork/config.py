@@ -86,6 +86,13 @@ class Settings(BaseModel):
     stuck_timeout_seconds: int = Field(default=900, gt=0)
     redelivery_timeout_seconds: int = Field(default=900, gt=0)
 
+    # Engine connections: the server ends a transaction left idle this long (a hung or
+    # frozen process holding row locks) and a statement in one running this long. The idle
+    # limit must exceed the longest pause inside a transaction: the tick's queue send while
+    # it holds its marks (seconds normally). 0: no limit. Migrations are exempt.
+    db_idle_in_transaction_timeout_seconds: float = Field(default=60.0, ge=0)
+    db_statement_timeout_seconds: float = Field(default=300.0, ge=0)
+
     # Dispatch.
     max_attempts: int = Field(default=5, ge=1)
     backoff_base_seconds: float = Field(default=2.0, gt=0)

@@ -10,6 +10,14 @@ session-level state (SET, advisory locks, temporary tables); per-transaction set
 (`set_config(..., true)`) are fine. The migration runner's session advisory lock goes to the
 instance directly, not through the proxy.
 
+Engine connections (`Database`) bound every transaction they open: a process that hangs or
+dies inside one (a Lambda frozen at its timeout, the tick stuck sending while it holds its
+row locks) is ended by the server, its locks released, after
+`TICKWORK_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS` idle, and no statement in it runs past
+`TICKWORK_DB_STATEMENT_TIMEOUT_SECONDS`. They are set per transaction (`set_config(...,
+true)`): RDS Proxy refuses startup options ("doesn't support command-line options") and a
+session SET would pin. Migrations connect on their own (`connect`), without these limits.
+
 The API logs in as `tickwork_api_login`, a role with no privileges of its own that can only
 become `tickwork_api` (row-level security): `RESET ROLE` leaves it with nothing, and it
 cannot `SET ROLE` to the owner. Its password is in its own secret in AWS; locally it is
@@ -22,11 +30,13 @@ import hashlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 
 from tickwork.config import Settings
 from tickwork.errors import ConfigError, InputError
@@ -41,6 +51,53 @@ def connect(url: str, **kwargs: Any) -> Connection:
     Statements are never prepared server-side, so RDS Proxy never pins the connection."""
     kwargs.setdefault("prepare_threshold", None)
     return psycopg.connect(url, autocommit=True, **kwargs)
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """How long a transaction may sit idle, and a statement run, before the server ends it
+    (seconds; 0: no limit)."""
+
+    idle_in_transaction_seconds: float = 60.0
+    statement_seconds: float = 300.0
+
+    @classmethod
+    def of(cls, settings: Settings) -> SessionLimits:
+        return cls(
+            settings.db_idle_in_transaction_timeout_seconds, settings.db_statement_timeout_seconds
+        )
+
+
+_SET_LIMITS = (
+    "select set_config('idle_in_transaction_session_timeout', %(idle)s, true),"
+    " set_config('statement_timeout', %(statement)s, true)"
+)
+
+
+class LimitedConnection(psycopg.Connection[Any]):
+    """A connection whose every outermost transaction starts by setting its limits, local to
+    that transaction (one more statement per transaction, no session state)."""
+
+    limits = SessionLimits()
+
+    @contextmanager
+    def transaction(
+        self, savepoint_name: str | None = None, force_rollback: bool = False
+    ) -> Iterator[psycopg.Transaction]:
+        outermost = self.info.transaction_status == TransactionStatus.IDLE
+        with super().transaction(savepoint_name, force_rollback) as tx:
+            if outermost:
+                self.execute(_SET_LIMITS, {
+                    "idle": f"{int(self.limits.idle_in_transaction_seconds * 1000)}ms",
+                    "statement": f"{int(self.limits.statement_seconds * 1000)}ms",
+                })  # fmt: skip
+            yield tx
+
+
+def connect_limited(url: str, limits: SessionLimits) -> Connection:
+    conn = LimitedConnection.connect(url, autocommit=True, prepare_threshold=None)
+    conn.limits = limits
+    return conn
 
 
 def api_login_url(owner_url: str) -> str:
@@ -128,16 +185,17 @@ def resolve_url(settings: Settings) -> str:
 
 
 class Database:
-    """Per-thread connections to one database."""
+    """Per-thread connections to one database, each bounded by `limits`."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, limits: SessionLimits | None = None) -> None:
         self.url = url
+        self.limits = limits or SessionLimits()
         self._local = threading.local()
 
     def connection(self) -> Connection:
         conn: Connection | None = getattr(self._local, "conn", None)
         if conn is None or conn.closed or conn.broken:
-            conn = connect(self.url)
+            conn = connect_limited(self.url, self.limits)
             self._local.conn = conn
         return conn
 

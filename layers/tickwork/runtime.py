@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from tickwork.config import Settings
 from tickwork.connections.secrets import MemorySecretStore, SecretsManagerStore, SecretStore
-from tickwork.db import Database, resolve_url
+from tickwork.db import Database, SessionLimits, resolve_url
 from tickwork.providers import ProviderRegistry
 from tickwork.queues.port import QueuePort
 
@@ -46,7 +46,7 @@ def from_settings(settings: Settings) -> Runtime:
 
     return Runtime(
         settings=settings,
-        db=Database(resolve_url(settings)),
+        db=Database(resolve_url(settings), SessionLimits.of(settings)),
         queues=SqsQueues(settings.all_queue_urls()),
         providers=ProviderRegistry(settings),
         secrets=SecretsManagerStore(settings.secrets_prefix, settings.secret_max_age_seconds),

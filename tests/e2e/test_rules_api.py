@@ -87,6 +87,11 @@ def test_rules_are_listed_in_pages(api):
     second = api.admin.call("GET", f"/v1/rules?limit=2&cursor={first['next_cursor']}")
     assert [r["id"] for r in first["items"] + second["items"]] == ids
     assert second["next_cursor"] is None
+    # A cursor this API did not hand out is the caller's mistake, named, not a 500
+    tampered = api.admin.http.get("/v1/rules", params={"cursor": first["next_cursor"][:-4]})
+    answer = error_of(tampered, 422)
+    assert (answer["code"], answer["message"]) == (
+        "invalid_input", "cursor is not one this API returned")  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -228,6 +228,20 @@ def test_bad_input_is_a_422_naming_the_field_and_writes_nothing(
     assert counts == (0, 0)
 
 
+def test_campaigns_are_listed_in_pages_and_a_tampered_cursor_is_refused(api):
+    ids = [api.admin.call("POST", "/v1/campaigns", json={"name": f"c{i}", "steps": [step("x")]})
+           ["id"] for i in range(3)]  # fmt: skip
+    first = api.admin.call("GET", "/v1/campaigns", params={"limit": 2})
+    second = api.admin.call("GET", "/v1/campaigns",
+                            params={"limit": 2, "cursor": first["next_cursor"]})  # fmt: skip
+    assert [c["id"] for c in first["items"] + second["items"]] == ids
+    assert second["next_cursor"] is None
+    tampered = api.admin.http.get("/v1/campaigns", params={"cursor": "bm90IGEgY3Vyc29y"})
+    answer = error_of(tampered, 422)
+    assert (answer["code"], answer["message"]) == (
+        "invalid_input", "cursor is not one this API returned")  # fmt: skip
+
+
 def test_unknown_recipients_and_other_workspaces_campaigns_are_not_found(api):
     campaign = api.admin.call("POST", "/v1/campaigns", json={"name": "c", "steps": [step("x")]})
     path = f"/v1/campaigns/{campaign['id']}/enrollments"

@@ -23,6 +23,7 @@ class Answer:
     body: Any = None  # JSON-serialized unless bytes or str
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    drip: float = 0.0  # seconds between the body's bytes, each sent on its own
 
 
 @dataclass
@@ -76,7 +77,13 @@ class FakeServer:
                         self.send_header(name, value)
                     self.send_header("content-length", str(len(payload)))
                     self.end_headers()
-                    self.wfile.write(payload)
+                    if answer.drip:
+                        for i in range(len(payload)):
+                            self.wfile.write(payload[i : i + 1])
+                            self.wfile.flush()
+                            time.sleep(answer.drip)
+                    else:
+                        self.wfile.write(payload)
                 except OSError:
                     pass  # the client gave up (a deadline test)
 

@@ -175,6 +175,81 @@ def test_dns_rebinding_is_caught_when_the_socket_connects(monkeypatch):
         assert hook.requests == []
 
 
+def _hanging_resolver(release: threading.Event, port: int) -> http.Resolver:
+    def resolve(host: str, _port: int) -> list[Any]:
+        release.wait(10)  # a resolver that answers late: long after the call's deadline
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+
+    return resolve
+
+
+def test_a_slow_resolver_is_bounded_by_the_calls_total_deadline():
+    # Given a receiver whose host name takes 10 s to resolve, and a 1 s total deadline
+    release = threading.Event()
+    with fake_webhook_server() as hook:
+        port = int(hook.url.split(":")[2].split("/")[0])
+        policy = OutboundPolicy(LOOPBACK.allowed_networks, _hanging_resolver(release, port))
+        provider = webhook_to(f"http://slow.example:{port}/hook", 1.0, policy=policy)
+        # When it is called
+        started = time.monotonic()
+        outcome = provider.send(an_action())
+        elapsed = time.monotonic() - started
+        release.set()
+        # Then the call ends at the deadline, as transient (nothing was sent), saying why
+        assert isinstance(outcome, Transient), outcome
+        assert "did not resolve within the call's deadline" in outcome.message
+        assert elapsed < 1.6, elapsed
+        assert hook.requests == []
+
+
+def test_the_system_resolver_is_bounded_too(monkeypatch):
+    # Given the default resolver, with socket.getaddrinfo hanging for this one name
+    release = threading.Event()
+    with fake_webhook_server() as hook:
+        port = int(hook.url.split(":")[2].split("/")[0])
+        real = socket.getaddrinfo
+        hanging = _hanging_resolver(release, port)
+
+        def slow(host: str, *args: Any, **kwargs: Any) -> Any:
+            return hanging(host, port) if host == "slow.example" else real(host, *args, **kwargs)
+
+        monkeypatch.setattr(socket, "getaddrinfo", slow)
+        started = time.monotonic()
+        outcome = webhook_to(f"http://slow.example:{port}/hook", 1.0).send(an_action())
+        elapsed = time.monotonic() - started
+        release.set()
+        assert isinstance(outcome, Transient), outcome
+        assert elapsed < 1.6, elapsed
+        assert hook.requests == []
+
+
+def test_configuring_a_url_whose_host_resolves_too_slowly_is_refused(monkeypatch):
+    # An API request configuring a URL must not wait on a hanging resolver (it would 500)
+    monkeypatch.setattr(http, "CONFIGURE_RESOLVE_SECONDS", 0.5)
+    release = threading.Event()
+    policy = OutboundPolicy(LOOPBACK.allowed_networks, _hanging_resolver(release, 80))
+    started = time.monotonic()
+    with pytest.raises(UnsafeDestinationError) as caught:
+        check_url("http://slow.example/hook", policy)
+    release.set()
+    assert time.monotonic() - started < 1.5
+    assert caught.value.message == "host 'slow.example' did not resolve within 0.5 s"
+    assert caught.value.field == "url"
+
+
+def test_a_resolver_within_the_deadline_still_connects():
+    with fake_webhook_server() as hook:
+        port = int(hook.url.split(":")[2].split("/")[0])
+        release = threading.Event()
+        release.set()  # answers at once
+        policy = OutboundPolicy(LOOPBACK.allowed_networks, _hanging_resolver(release, port))
+        outcome = webhook_to(f"http://fast.example:{port}/hook", 2.0, policy=policy).send(
+            an_action()
+        )
+        assert not isinstance(outcome, Transient | Rejected), outcome
+        assert len(hook.requests) == 1
+
+
 def test_connection_refused_is_transient():
     outcome = webhook_to("http://127.0.0.1:1/hook", 0.5).send(an_action())
     assert isinstance(outcome, Transient)

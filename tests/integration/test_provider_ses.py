@@ -3,6 +3,9 @@ codes moto does not produce); the Secrets Manager store against moto."""
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,9 +14,12 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from tests.fakes import a_via, an_action
+from tests.fakes import LOOPBACK, a_via, an_action
+from tests.fakes.server import Answer
+from tests.fakes.ses import SEND, FakeSes, error
 from tickwork.connections.secrets import SecretsManagerStore, SecretStoreError
 from tickwork.providers.base import Ambiguous, Delivered, Rejected, Transient
+from tickwork.providers.http import OutboundPolicy
 from tickwork.providers.ses import SesProvider
 
 PAYLOAD = {"to": ["ann@example.com"], "subject": "Hello", "text": "Hi Ann", "html": "<p>Hi</p>",
@@ -106,27 +112,85 @@ def test_error_table(aws, code, status, kind, error_code):
 
 
 def test_could_not_connect_is_transient():
-    provider = SesProvider({"endpoint_url": "http://127.0.0.1:1"}, timeout=0.5)
+    provider = SesProvider({"endpoint_url": "http://127.0.0.1:1"}, timeout=0.5, policy=LOOPBACK)
     outcome = provider.send(an_action(payload=PAYLOAD), via())
     assert isinstance(outcome, Transient)
 
 
-def test_verify_checks_the_sender_identity(aws):
-    provider = SesProvider({})
-    missing = provider.verify(via())
-    assert not missing.ok
-    assert "identity" in missing.message
-    boto3.client("sesv2", region_name="eu-west-1").create_email_identity(
-        EmailIdentity="news@example.com"
+# ------------------------------------------------- over real HTTP: one total deadline
+
+
+@pytest.fixture
+def ses() -> Iterator[FakeSes]:
+    fake = FakeSes()
+    yield fake
+    fake.close()
+
+
+def test_a_signed_request_reaches_ses_over_the_guarded_client(ses):
+    provider = SesProvider({"endpoint_url": ses.url}, timeout=2.0, policy=LOOPBACK)
+    outcome = provider.send(an_action(payload=PAYLOAD), via())
+    assert isinstance(outcome, Delivered), outcome
+    assert outcome.provider_id.startswith("0100-")
+    (seen,) = ses.to(SEND)
+    assert seen.headers["authorization"].startswith(
+        f"AWS4-HMAC-SHA256 Credential={CREDENTIALS['access_key_id']}/"
     )
-    pending = provider.verify(via())  # a new identity waits for its DNS/email check
-    assert (pending.ok, pending.message) == (
-        False, "news@example.com is not verified for sending in SES yet")  # fmt: skip
-    v = via()
-    with Stubber(provider.client(v)) as stub:
-        stub.add_response("get_email_identity", {"VerifiedForSendingStatus": True},
-                          {"EmailIdentity": "news@example.com"})  # fmt: skip
-        assert provider.verify(v).ok
+    assert seen.json()["Destination"]["ToAddresses"] == ["ann@example.com"]
+
+
+def test_an_error_over_http_keeps_the_error_table(ses):
+    ses.then(SEND, error("MessageRejected", 400, "Email address is not verified."))
+    provider = SesProvider({"endpoint_url": ses.url}, timeout=2.0, policy=LOOPBACK)
+    outcome = provider.send(an_action(payload=PAYLOAD), via())
+    assert isinstance(outcome, Rejected), outcome
+    assert outcome.code == "message_rejected"
+
+
+def test_an_answer_dripping_past_the_total_deadline_is_ambiguous(ses):
+    # Given SES answering one byte every 250 ms (each read well inside the 1 s timeout)
+    ses.then(SEND, Answer(200, {"MessageId": "0100-" + "x" * 40}, drip=0.25))
+    provider = SesProvider({"endpoint_url": ses.url}, timeout=1.0, policy=LOOPBACK)
+    # When a call with a 1 s total deadline is made
+    started = time.monotonic()
+    outcome = provider.send(an_action(payload=PAYLOAD), via())
+    elapsed = time.monotonic() - started
+    # Then it ends near the deadline, ambiguous: the request had left
+    assert isinstance(outcome, Ambiguous), outcome
+    assert elapsed < 1.6, elapsed
+    assert len(ses.to(SEND)) == 1
+
+
+def test_a_host_name_not_resolved_by_the_deadline_is_transient(ses):
+    # Given an SES endpoint whose name takes 10 s to resolve
+    release = threading.Event()
+    port = int(ses.url.rsplit(":", 1)[1])
+
+    def slow(host: str, _port: int) -> list[Any]:
+        release.wait(10)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+
+    policy = OutboundPolicy(LOOPBACK.allowed_networks, slow)
+    provider = SesProvider({"endpoint_url": f"http://ses.slow.example:{port}"}, timeout=1.0,
+                           policy=policy)  # fmt: skip
+    started = time.monotonic()
+    outcome = provider.send(an_action(payload=PAYLOAD), via())
+    elapsed = time.monotonic() - started
+    release.set()
+    # Then it ends at the deadline, transient (nothing was sent)
+    assert isinstance(outcome, Transient), outcome
+    assert elapsed < 1.6, elapsed
+    assert ses.requests == []
+
+
+def test_any_address_may_be_the_ses_endpoint(ses):
+    # SES's endpoint is AWS's (or the operator's), never a tenant's: a VPC interface
+    # endpoint resolves to private addresses, so no address rule applies to it.
+    outcome = SesProvider({"endpoint_url": ses.url}, timeout=2.0).send(
+        an_action(payload=PAYLOAD), via()
+    )
+    assert isinstance(outcome, Delivered), outcome
+    assert len(ses.to(SEND)) == 1
 
 
 # ----------------------------------------------------------------- the secret store

@@ -44,3 +44,12 @@ def test_environment_values_are_typed():
 def test_bad_configuration_is_reported_with_the_setting(env, message):
     with pytest.raises(ConfigError, match=message):
         Settings.from_env(env)
+
+
+def test_database_session_limits_come_from_the_environment():
+    settings = Settings.from_env({"TICKWORK_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS": "30",
+                                  "TICKWORK_DB_STATEMENT_TIMEOUT_SECONDS": "0"})  # fmt: skip
+    assert settings.db_idle_in_transaction_timeout_seconds == 30
+    assert settings.db_statement_timeout_seconds == 0
+    with pytest.raises(ConfigError, match="db_idle_in_transaction_timeout_seconds"):
+        Settings.from_env({"TICKWORK_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS": "-1"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 from typing import Annotated, Literal
 from uuid import UUID
 
@@ -10,7 +9,7 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
-from tickwork import calendar
+from tickwork import paging
 from tickwork.api.models import responses
 from tickwork.api.scope import RequestScope, scope
 from tickwork.api.sequences_models import (
@@ -76,17 +75,14 @@ def list_campaigns(
     cursor: Annotated[str | None, Query(max_length=300)] = None,
 ) -> CampaignPage:
     request = scope(router)
-    after = calendar.decode_cursor(cursor) if cursor else None
+    after = paging.decode_cursor(cursor) if cursor else None
     found = store.list_campaigns(
         request.conn, request.caller.workspace_id, request.runtime.settings, limit=limit + 1,
         after=after,
     )  # fmt: skip
     items = found[:limit]
     last = items[-1] if items and len(found) > limit else None
-    next_cursor = None
-    if last is not None:
-        raw = f"{last.created_at.isoformat()}|{last.id}"
-        next_cursor = base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    next_cursor = paging.encode_cursor(last.created_at, last.id) if last is not None else None
     return CampaignPage(items=[CampaignOut.of(c) for c in items], next_cursor=next_cursor)
 
 

@@ -3,7 +3,6 @@ occurrences), edit, pause, resume, end, run now. Members may do all of it, as wi
 
 from __future__ import annotations
 
-import base64
 from datetime import datetime
 from typing import Annotated
 from uuid import UUID
@@ -12,7 +11,7 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 
-from tickwork import calendar, quotas, recurring
+from tickwork import paging, quotas, recurring
 from tickwork.api.models import ActionOut, responses
 from tickwork.api.recurring_models import (
     CreateSchedule,
@@ -81,16 +80,6 @@ def _out(request: RequestScope, schedule: Schedule, preview: int = PREVIEW_DEFAU
     return ScheduleOut.of(schedule, _preview(schedule, request, preview))
 
 
-def _encode_cursor(cursor: ScheduleCursor) -> str:
-    raw = f"{cursor.created_at.isoformat()}|{cursor.id}"
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def _decode_cursor(raw: str) -> ScheduleCursor:
-    created_at, schedule_id = calendar.decode_cursor(raw)
-    return ScheduleCursor(created_at, schedule_id)
-
-
 @router.post(
     "/v1/recurring",
     summary="Create a recurring schedule",
@@ -143,13 +132,13 @@ def list_schedules(
     request = scope(router)
     found = recurring.list_schedules(
         request.conn, request.caller.workspace_id, status=status, action_type=action_type,
-        limit=limit + 1, after=_decode_cursor(cursor) if cursor else None,
+        limit=limit + 1, after=ScheduleCursor(*paging.decode_cursor(cursor)) if cursor else None,
     )  # fmt: skip
     items = found[:limit]
     more = len(found) > limit
     return SchedulePage(
         items=[_out(request, s, preview) for s in items],
-        next_cursor=_encode_cursor(items[-1].cursor) if more else None,
+        next_cursor=paging.encode_cursor(*items[-1].cursor) if more else None,
     )
 
 

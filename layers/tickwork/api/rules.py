@@ -3,7 +3,6 @@ with the rule and what it did to its actions (made, moved, cancelled)."""
 
 from __future__ import annotations
 
-import base64
 from typing import Annotated, Literal
 from uuid import UUID
 
@@ -11,7 +10,7 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
-from tickwork import calendar
+from tickwork import paging
 from tickwork.api.models import responses
 from tickwork.api.rules_models import RuleIn, RuleOut, RulePage, RulePatch
 from tickwork.api.scope import scope
@@ -33,11 +32,6 @@ def _rule_id(raw: str) -> UUID:
         return UUID(raw)
     except ValueError as exc:
         raise NotFoundError(f"no rule {raw[:80]!r} in this workspace") from exc
-
-
-def _encode_cursor(cursor: RuleCursor) -> str:
-    raw = f"{cursor.created_at.isoformat()}|{cursor.id}"
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
 @router.post(
@@ -76,10 +70,7 @@ def list_rules(
     cursor: Annotated[str | None, Query(max_length=300)] = None,
 ) -> RulePage:
     request = scope(router)
-    after = None
-    if cursor:
-        created_at, rule_id = calendar.decode_cursor(cursor)
-        after = RuleCursor(created_at, rule_id)
+    after = RuleCursor(*paging.decode_cursor(cursor)) if cursor else None
     found = store.list_rules(
         request.conn, request.caller.workspace_id, limit=limit + 1, enabled=enabled,
         trigger_type=trigger_type, after=after,
@@ -89,7 +80,7 @@ def list_rules(
     last = items[-1] if items else None
     return RulePage(
         items=[RuleOut.of(rule) for rule in items],
-        next_cursor=_encode_cursor(RuleCursor(last.created_at, last.id)) if more and last else None,
+        next_cursor=paging.encode_cursor(last.created_at, last.id) if more and last else None,
     )
 
 

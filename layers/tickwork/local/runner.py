@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from tickwork import migrate, runtime, tick
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.connections.secrets import MemorySecretStore, SecretStore
-from tickwork.db import Database, connect, local_api_login
+from tickwork.db import Database, SessionLimits, connect, local_api_login
 from tickwork.local import handlers
 from tickwork.local.api_server import ApiServer
 from tickwork.local.auth import LocalJwt
@@ -171,7 +171,7 @@ class LocalRuntime:
         )
         self.runtime = runtime.Runtime(
             settings=settings,
-            db=Database(database_url),
+            db=Database(database_url, SessionLimits.of(settings)),
             queues=self.queues,
             providers=ProviderRegistry(settings),
             secrets=secrets or MemorySecretStore(),
@@ -197,7 +197,9 @@ class LocalRuntime:
         quiet_powertools()
         migrate.migrate(self.database_url)
         # The API logs in as its own role, as in AWS (row-level security it cannot leave).
-        self.runtime.api_db = Database(local_api_login(self.database_url))
+        self.runtime.api_db = Database(
+            local_api_login(self.database_url), SessionLimits.of(self.runtime.settings)
+        )
         # Load the handlers before anything runs, as a warm Lambda would have them.
         for name in ("api", "tick", "dispatcher", "expander", "reconciler"):
             handlers.load(name)

@@ -48,7 +48,11 @@ FACTORIES: dict[str, Factory] = {
     "slack": _rest(SlackProvider),
     "mastodon": _rest(MastodonProvider),
     "bluesky": _rest(BlueskyProvider),
-    "ses": lambda options, settings: SesProvider(options, settings.provider_timeout_seconds),
+    "ses": lambda options, settings: SesProvider(
+        options,
+        timeout=settings.provider_timeout_seconds,
+        max_body_bytes=settings.provider_max_response_bytes,
+    ),
     "webhook": lambda options, settings: WebhookProvider(
         options,
         timeout=settings.provider_timeout_seconds,

@@ -5,6 +5,9 @@
   a call past it.
 - A bounded read: at most `max_body_bytes` of the response body are kept; the rest is never
   read.
+- Name resolution is bounded too: it runs in a worker thread given at most what is left of
+  the deadline (the system resolver has no timeout of its own); one that runs out is a
+  Transient outcome, as nothing was sent.
 - Destinations are checked: http(s) only, and every address a host resolves to must be public
   (not private, loopback, link-local, shared, reserved or a cloud metadata address) unless the
   operator allow-listed its network. The check runs when a URL is configured *and* when the
@@ -20,9 +23,10 @@ import ipaddress
 import re
 import socket
 import ssl
+import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -43,6 +47,8 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024
 RETRY_AFTER_CAP_SECONDS = 86400.0
 EXCERPT_CHARS = 160
 LOG_EXCERPT_CHARS = 2000
+# A URL being configured (an API request) waits at most this long for its host to resolve.
+CONFIGURE_RESOLVE_SECONDS = 5.0
 
 # Addresses that answer with cloud credentials, named even where a range rule covers them.
 METADATA_ADDRESSES = frozenset(
@@ -57,6 +63,44 @@ class UnsafeDestinationError(InputError):
     code = "unsafe_url"
 
 
+class ResolutionTimeoutError(Exception):
+    """The host name did not resolve within the time left; no connection was attempted."""
+
+
+# (host, port) -> getaddrinfo's answer; socket.getaddrinfo unless injected.
+Resolver = Callable[[str, int], list[Any]]
+
+
+def system_resolver(host: str, port: int) -> list[Any]:
+    # Looked up at call time, so a patched socket.getaddrinfo is the one used.
+    return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+
+def _resolve_within(resolver: Resolver, host: str, port: int, seconds: float) -> list[Any]:
+    """The resolver's answer, or ResolutionTimeoutError after `seconds`. A resolver that
+    hangs keeps only its own daemon thread, until the system resolver gives up."""
+    done = threading.Event()
+    answer: list[Any] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            answer.extend(resolver(host, port))
+        except Exception as exc:  # handed to the caller's thread
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="tickwork-resolve", daemon=True).start()
+    if not done.wait(max(seconds, 0.0)):
+        raise ResolutionTimeoutError(
+            f"resolving {host!r} took longer than the {seconds:.1f} s left of the call"
+        )
+    if failure:
+        raise failure[0]
+    return answer
+
+
 # ------------------------------------------------------------------------------ policy
 
 
@@ -66,6 +110,7 @@ class OutboundPolicy:
     (the local runtime's own receiver, local fake servers)."""
 
     allowed_networks: tuple[IPNetwork, ...] = ()
+    resolver: Resolver = field(default=system_resolver, compare=False, repr=False)
 
     @classmethod
     def allowing(cls, networks: Iterable[str]) -> OutboundPolicy:
@@ -93,8 +138,9 @@ class OutboundPolicy:
             return "not a public address"
         return None
 
-    def resolve(self, host: str, port: int) -> list[IPAddress]:
-        """Every address `host` resolves to, each checked; refused if any is not allowed."""
+    def resolve(self, host: str, port: int, timeout: float | None = None) -> list[IPAddress]:
+        """Every address `host` resolves to, each checked; refused if any is not allowed.
+        With `timeout`, resolution that takes longer raises ResolutionTimeoutError."""
         try:
             literal = ipaddress.ip_address(host.strip("[]"))
         except ValueError:
@@ -103,7 +149,10 @@ class OutboundPolicy:
             addresses = [literal]
         else:
             try:
-                infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                if timeout is None:
+                    infos = self.resolver(host, port)
+                else:
+                    infos = _resolve_within(self.resolver, host, port, timeout)
             except (OSError, UnicodeError) as exc:
                 raise UnsafeDestinationError(f"host {host!r} does not resolve") from exc
             addresses = list(
@@ -131,10 +180,16 @@ def check_url(url: str, policy: OutboundPolicy, *, resolve: bool = True) -> http
     if not parsed.host:
         raise UnsafeDestinationError("the URL has no host", field="url")
     if resolve:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
         try:
-            policy.resolve(parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80))
+            policy.resolve(parsed.host, port, CONFIGURE_RESOLVE_SECONDS)
         except UnsafeDestinationError as exc:
             raise UnsafeDestinationError(exc.message, field="url") from exc
+        except ResolutionTimeoutError as exc:
+            raise UnsafeDestinationError(
+                f"host {parsed.host!r} did not resolve within {CONFIGURE_RESOLVE_SECONDS:g} s",
+                field="url",
+            ) from exc
     return parsed
 
 
@@ -200,7 +255,8 @@ class _GuardedBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
-        addresses = self.policy.resolve(host, port)
+        left = _bounded(timeout, httpcore.ConnectTimeout)
+        addresses = self.policy.resolve(host, port, left)
         last: Exception | None = None
         for address in addresses:
             try:
@@ -313,6 +369,10 @@ def outcome_of_error(exc: Exception, where: str) -> Outcome:
     """What a failed call means. `where` is the public form of the destination."""
     if isinstance(exc, UnsafeDestinationError):
         return Rejected("unsafe_url", f"{where}: {exc.message}")
+    if isinstance(exc, ResolutionTimeoutError):
+        # Nothing was sent: the host name never resolved, so no connection was made.
+        return Transient(f"could not connect to {where}: its host name did not resolve"
+                         " within the call's deadline")  # fmt: skip
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
         # Nothing was sent: no connection was made.
         return Transient(f"could not connect to {where} ({type(exc).__name__})")

@@ -1,7 +1,14 @@
 """Amazon SES v2 `SendEmail` through boto3, with the workspace's own AWS credentials (an IAM
 user allowed `ses:SendEmail`) and region. `MessageId` is the provider id; the action id goes
 in `EmailTags` (`tickwork_action_id`) so the message can be found in SES event records.
-botocore's own retries are off: a retry after a timeout could send twice.
+botocore's own retries are off: a retry after a timeout could send twice. botocore's
+timeouts bound each socket operation only, so the signed request is sent through the guarded
+client of `http.py` instead (the client's HTTP session is replaced): one total deadline per
+call and a bounded read, as for every other provider. Its destination is AWS's regional
+endpoint (or the operator's `endpoint_url`), never a tenant's, so any address may be
+reached: an SES interface endpoint in the VPC resolves to private addresses.
+Past the deadline the call is ambiguous, unless it provably never left (no connection made,
+the host name not resolved).
 
 | answer | outcome |
 |---|---|
@@ -14,8 +21,8 @@ botocore's own retries are off: a retry after a timeout could send twice.
 | `NotFoundException` | rejected `not_found` (e.g. the configuration set) |
 | invalid or unauthorized credentials | rejected `auth_failed` |
 | `TooManyRequestsException`, `LimitExceededException`, throttling | transient |
-| could not connect | transient |
-| 5xx, read timeouts | ambiguous (no idempotency key: fails as `ambiguous`) |
+| could not connect, host name not resolved in time | transient |
+| 5xx, read timeouts, deadline passed once connected | ambiguous (no idempotency key) |
 
 No lookup: SES has no API to find a sent message (by id, tag or anything else); the
 `EmailTags` reach only event destinations (SNS, Firehose, CloudWatch) an operator sets up
@@ -29,9 +36,11 @@ import re
 import threading
 from typing import Any
 
+import httpx
 from pydantic import Field, field_validator
 
 from tickwork.actions import Action
+from tickwork.providers import http
 from tickwork.providers.base import (
     Ambiguous,
     Delivered,
@@ -41,7 +50,7 @@ from tickwork.providers.base import (
     Verified,
     Via,
 )
-from tickwork.providers.http import Redactor
+from tickwork.providers.http import OutboundPolicy, Redactor
 from tickwork.providers.postmark import Payload as EmailPayload
 from tickwork.providers.schema import Schema, mailbox
 
@@ -58,6 +67,7 @@ AUTH = frozenset({"UnrecognizedClientException", "InvalidClientTokenId", "Access
 TRANSIENT = frozenset({"TooManyRequestsException", "LimitExceededException", "Throttling",
                        "ThrottlingException"})  # fmt: skip
 TAG_VALUE = re.compile(r"[^A-Za-z0-9_.@-]")
+ANY_ADDRESS = OutboundPolicy.allowing(["0.0.0.0/0", "::/0"])
 
 
 class Settings(Schema):
@@ -90,7 +100,48 @@ def _status(exc: Exception) -> int:
     return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
 
 
+class _Raw:
+    """The body as botocore reads a raw response (`stream()`)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def stream(self, **_: Any) -> Any:
+        yield self.body
+
+
+class _Session:
+    """botocore's HTTP session interface (`send`, `close`) over `http.call`: the signed
+    request, sent within one total deadline."""
+
+    def __init__(self, client: httpx.Client, total_seconds: float, max_body_bytes: int) -> None:
+        self.client = client
+        self.total_seconds = total_seconds
+        self.max_body_bytes = max_body_bytes
+
+    def send(self, request: Any) -> Any:
+        from botocore.awsrequest import AWSResponse
+        from botocore.compat import HTTPHeaders
+
+        body = request.body
+        if body is not None and not isinstance(body, bytes | str):
+            body = body.read()
+        reply = http.call(
+            self.client, request.method, request.url, total_seconds=self.total_seconds,
+            max_body_bytes=self.max_body_bytes, headers=dict(request.headers.items()), content=body,
+        )  # fmt: skip
+        headers = HTTPHeaders()
+        for name, value in reply.headers.multi_items():
+            headers[name] = value
+        return AWSResponse(request.url, reply.status, headers, _Raw(reply.body))
+
+    def close(self) -> None:
+        pass  # shared by this provider's clients; closed with the provider
+
+
 def outcome_of_error(exc: Exception, redactor: Redactor) -> Outcome:
+    if isinstance(exc, httpx.HTTPError | http.UnsafeDestinationError | http.ResolutionTimeoutError):
+        return http.outcome_of_error(exc, "SES")
     from botocore.exceptions import (
         ClientError,
         ConnectTimeoutError,
@@ -122,10 +173,19 @@ class SesProvider:
     idempotent = False
     io_bound = True
 
-    def __init__(self, options: dict[str, Any], timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        options: dict[str, Any],
+        timeout: float = 10.0,
+        policy: OutboundPolicy | None = None,
+        max_body_bytes: int = http.DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
         # An endpoint override is for tests and local stand-ins only (operator-configured).
         self.endpoint_url = options.get("endpoint_url")
         self.timeout = timeout
+        self.session = _Session(
+            http.client(policy or ANY_ADDRESS, timeout), timeout, max_body_bytes
+        )
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
 
@@ -153,6 +213,9 @@ class SesProvider:
                         retries={"total_max_attempts": 1},
                     ),
                 )
+                # Where botocore would send with urllib3 (after its hooks: moto's answers
+                # first in tests).
+                found._endpoint.http_session = self.session
                 self._clients[key] = found
             return found
 
