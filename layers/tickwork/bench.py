@@ -141,6 +141,17 @@ def backend_cpu_seconds(conn: Connection) -> float | None:
     return total
 
 
+def row_updates(conn: Connection) -> tuple[int, int]:
+    """Row updates of scheduled_actions so far, and how many of them were HOT (written
+    beside the old version with no index entry); backends report theirs when they end."""
+    conn.execute("select pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables"
+        " where relname = 'scheduled_actions'"
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 def load_average() -> str:
     """The 1, 5 and 15 minute load averages: a shared machine's figures need them."""
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
@@ -206,6 +217,8 @@ def run_engine(
         due = utcnow() + timedelta(seconds=lead + 1)
         insert_rows(conn, workspace, count, due, spread)
     time.sleep(max(0.0, (due - timedelta(seconds=lead) - utcnow()).total_seconds()))
+    with connect(url) as conn:
+        updates_before = row_updates(conn)
     stages = Stages()
     cpu_before = time.process_time()
     with measured(stages):
@@ -215,6 +228,9 @@ def run_engine(
     with connect(url) as conn:
         postgres_cpu = backend_cpu_seconds(conn)
     local.stop()
+    time.sleep(0.5)  # the runtime's backends report their counts as they exit
+    with connect(url) as conn:
+        updates_after = row_updates(conn)
     deliveries = list(provider.deliveries)
     calls = [d.called_at for d in deliveries]
     tick = local.ticks[0] if local.ticks else {}
@@ -229,6 +245,8 @@ def run_engine(
         "stages": stages,
         "python_cpu": python_cpu,
         "postgres_cpu": postgres_cpu,
+        "row_updates": updates_after[0] - updates_before[0],
+        "hot_updates": updates_after[1] - updates_before[1],
     }
 
 
@@ -253,6 +271,9 @@ def report_costs(count: int, result: dict[str, Any]) -> None:
           f" ({stages.seconds['finalize']:.2f} s)")  # fmt: skip
     print(f"    statements per action: {stages.statements / count:.4f}"
           f" ({stages.statements:,} for {count:,})")  # fmt: skip
+    updates, hot = result["row_updates"], result["hot_updates"]
+    print(f"    row versions written per action: {updates / count:.2f}"
+          f" ({hot / max(updates, 1):.0%} HOT: no index entry written)")  # fmt: skip
     pg = result["postgres_cpu"]
     pg_text = "not on this machine" if pg is None else f"{pg:.2f} s"
     print(f"    CPU: Python process {result['python_cpu']:.2f} s, Postgres backends {pg_text},"

@@ -8,10 +8,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from psycopg.rows import class_row
-
 from tickwork import rollup
-from tickwork.actions import Action
+from tickwork.actions import Action, actions_from_tuples
 from tickwork.db import Connection
 from tickwork.errors import InputError
 from tickwork.sql import query
@@ -89,8 +87,9 @@ def list_actions(
     }  # fmt: skip
     if after_at < start:
         params["after_id"] = NIL
-    with conn.cursor(row_factory=class_row(Action)) as cur:
-        rows = cur.execute(_LIST, params).fetchall()
+    with conn.cursor() as cur:
+        # by column name: the table has columns (derived, for indexes) an Action has not
+        rows = actions_from_tuples(cur, cur.execute(_LIST, params).fetchall())
     more = len(rows) > limit
     items = rows[:limit]
     return Page(items, encode_cursor(items[-1]) if more else None)

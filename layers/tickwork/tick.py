@@ -88,10 +88,11 @@ def mark_due(
     conn: Connection, horizon: datetime, batch_size: int, action_types: Collection[str]
 ) -> list[DueRow]:
     """Mark the next batch of rows due by `horizon` as enqueued; returns them in due order."""
-    rows = conn.execute(
-        _MARK_DUE,
-        {"horizon": horizon, "batch_size": batch_size, "action_types": list(action_types)},
-    ).fetchall()
+    with conn.cursor(binary=True) as cur:
+        rows = cur.execute(
+            _MARK_DUE,
+            {"horizon": horizon, "batch_size": batch_size, "action_types": list(action_types)},
+        ).fetchall()
     return [DueRow(*row) for row in rows]
 
 

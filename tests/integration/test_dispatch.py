@@ -169,7 +169,8 @@ def test_a_dispatcher_that_died_after_claiming_leaves_a_stuck_row_never_resent(
     # Given a dispatcher claimed the row and died before calling the provider
     assert actions.claim(conn, "log", [action_id])
     conn.execute(
-        "update scheduled_actions set submitted_at = now() - interval '1 hour' where id = %s",
+        "update scheduled_actions set submitted_at = now() - interval '1 hour',"
+        " enqueued_at = now() - interval '1 hour' where id = %s",
         (action_id,),
     )
     # When the tick recovers zombies and the message is delivered again

@@ -113,12 +113,14 @@ def test_two_files_with_one_number_are_refused(tmp_path):
 
 
 def test_the_schema_matches_what_the_code_reads(database_url):
+    # (a generated column, derived for an index, is not read)
     with psycopg.connect(database_url) as conn:
         columns = [
             row[0]
             for row in conn.execute(
                 "select column_name from information_schema.columns"
-                " where table_name = 'scheduled_actions' order by ordinal_position"
+                " where table_name = 'scheduled_actions' and is_generated = 'NEVER'"
+                " order by ordinal_position"
             ).fetchall()
         ]
     assert columns == list(Action.__dataclass_fields__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -102,9 +103,18 @@ def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
         assert "scheduled_actions" not in seq_scans(plan)
 
 
-def test_zombie_recovery_uses_the_in_flight_index(conn, big_table):
+def test_zombie_recovery_uses_the_enqueued_index(conn, big_table):
+    # No index names submitted_at (the claim writes it, and must stay a HOT update): a
+    # claimed row is enqueued no later than it was claimed, so the enqueued index holds it.
     plan = plan_of(conn, query("recover_stuck"), {"stuck_timeout": 900})
-    assert "ix_scheduled_actions_in_flight" in index_scans(plan), json.dumps(plan, indent=1)
+    assert "ix_scheduled_actions_enqueued" in index_scans(plan), json.dumps(plan, indent=1)
+    assert "scheduled_actions" not in seq_scans(plan)
+
+
+def test_lost_messages_are_found_through_the_enqueued_index(conn, big_table):
+    plan = plan_of(conn, query("release_lost_messages"), {"redelivery_timeout": 900})
+    assert "ix_scheduled_actions_enqueued" in index_scans(plan), json.dumps(plan, indent=1)
+    assert "scheduled_actions" not in seq_scans(plan)
 
 
 def test_the_calendar_page_walks_the_calendar_index(conn, big_table, workspace):
@@ -120,3 +130,43 @@ def test_the_calendar_page_walks_the_calendar_index(conn, big_table, workspace):
     )  # fmt: skip
     assert index_scans(plan) == {"ix_scheduled_actions_calendar"}, json.dumps(plan, indent=1)
     assert "scheduled_actions" not in seq_scans(plan)
+
+
+def test_no_index_names_a_column_the_claim_writes(conn):
+    # The claim (queued -> submitted) writes these; an index naming any of them, in its key
+    # or its predicate, would make every claim write an entry in every index (no HOT
+    # update). enqueued_at is written only for a row claimed unmarked; `cancelled` is
+    # derived from status but the claim leaves it false.
+    written = {"status", "submitted_at", "attempt_count", "updated_at"}
+    rows = conn.execute(
+        "select indexrelid::regclass::text, pg_get_indexdef(indexrelid) from pg_index"
+        " where indrelid = 'scheduled_actions'::regclass"
+    ).fetchall()
+    assert len(rows) >= 10
+    for name, definition in rows:
+        named = set(re.findall(r"[a-z_]+", definition.split(" USING ", 1)[1]))
+        assert not named & written, f"{name} names {named & written}: {definition}"
+
+
+def test_a_row_claimed_without_its_mark_is_still_found_as_a_zombie(conn, workspace, now):
+    # Given a row a duplicate message claimed after its mark was cleared
+    row = conn.execute(
+        "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
+        " values (%s, 'webhook', 't', %s) returning id",
+        (workspace, now - timedelta(hours=1)),
+    ).fetchone()
+    claimed = conn.execute(
+        query("claim_actions"),
+        {"ids": [row[0]], "action_type": "webhook", "early_tolerance": 0.5,
+         "max_lateness": None, "reclaim_after": None},
+    ).fetchall()  # fmt: skip
+    assert len(claimed) == 1
+    # When its claimer dies and the stuck timeout passes (its times an hour back)
+    conn.execute(
+        "update scheduled_actions set submitted_at = submitted_at - interval '1 hour',"
+        " enqueued_at = enqueued_at - interval '1 hour' where id = %s",
+        (row[0],),
+    )
+    recovered = conn.execute(query("recover_stuck"), {"stuck_timeout": 900}).fetchall()
+    # Then zombie recovery finds it
+    assert [r[0] for r in recovered] == [row[0]]

@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from psycopg.rows import class_row
 
 from tests.sequence_helpers import (
     action_row,
@@ -20,7 +19,7 @@ from tests.sequence_helpers import (
     sent,
 )
 from tickwork import actions
-from tickwork.actions import Action, NewAction
+from tickwork.actions import NewAction, actions_from_tuples
 from tickwork.admission import admit
 from tickwork.db import connect
 from tickwork.errors import InputError
@@ -45,8 +44,8 @@ def raw_claim(conn, action_id):
     """The claim statement alone, without its admission, for admitting at a chosen time."""
     params = {"ids": [action_id], "action_type": "sms", "early_tolerance": 1,
               "max_lateness": None, "reclaim_after": None}  # fmt: skip
-    with conn.cursor(row_factory=class_row(Action)) as cur:
-        return cur.execute(query("claim_actions"), params).fetchall()
+    with conn.cursor() as cur:
+        return actions_from_tuples(cur, cur.execute(query("claim_actions"), params).fetchall())
 
 
 def sms(conn, rt, workspace, at, recipient_id="ann", **fields):

@@ -71,7 +71,7 @@ def test_the_counts_read_the_rollup_and_the_finished_tail(
         plan = plan_of(conn, query(name), params)
         assert_no_scan_of_every_row(plan, "ix_scheduled_actions_finished")
     counts = plan_of(conn, query("rollup_counts"), params)
-    assert "ix_scheduled_actions_in_flight" in index_scans(counts)
+    assert "ix_scheduled_actions_enqueued" in index_scans(counts)
 
 
 def test_the_counts_are_those_of_a_scan(conn, backlog_and_history):
@@ -106,7 +106,7 @@ def test_tickwork_status_uses_indexes(conn, backlog_and_history, all_workspaces)
         "status_next_due": "ix_scheduled_actions_due",
         "status_lag": "ix_scheduled_actions_calendar",
         "status_outcomes": "ix_scheduled_actions_finished",
-        "status_attention": "ix_scheduled_actions_in_flight",
+        "status_attention": "ix_scheduled_actions_enqueued",
     }
     for name, index in expected.items():
         assert_no_scan_of_every_row(plan_of(conn, query(name), params), index)

@@ -84,6 +84,28 @@ def test_the_database_agrees_on_the_payload_bound(conn, workspace, now):
         )
 
 
+@pytest.mark.parametrize(
+    ("assignment", "constraint"),
+    [
+        ("payload = '[1]'::jsonb", "scheduled_actions_payload_object"),
+        ("action_type = 'Not A Type'", "scheduled_actions_action_type_check"),
+        ("source = 'bad source'", "scheduled_actions_source_check"),
+    ],
+)
+def test_the_database_checks_these_columns_on_an_update_too(
+    conn, workspace, now, assignment, constraint
+):
+    # The checks run on the writes that set these columns (not on every transition)
+    conn.execute(
+        "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
+        " values (%s, 'webhook', 't', %s)",
+        (workspace, now),
+    )
+    with pytest.raises(psycopg.errors.CheckViolation) as caught:
+        conn.execute(f"update scheduled_actions set {assignment}")
+    assert caught.value.diag.constraint_name == constraint
+
+
 def test_an_unknown_status_is_refused_by_the_database(conn, workspace):
     with pytest.raises(psycopg.errors.CheckViolation, match="scheduled_actions_status_check"):
         conn.execute(

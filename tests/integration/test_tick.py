@@ -74,11 +74,13 @@ def test_zombies_become_failed_stuck_and_are_not_sent_again(conn, workspace, set
     [zombie, fresh] = seed(conn, workspace, 2, now - timedelta(hours=1))
     conn.execute(
         "update scheduled_actions set status = 'submitted', attempt_count = 1,"
+        " enqueued_at = now() - interval '21 minutes',"
         " submitted_at = now() - interval '20 minutes' where id = %s",
         (zombie,),
     )
     conn.execute(
         "update scheduled_actions set status = 'submitted', attempt_count = 1,"
+        " enqueued_at = now() - interval '21 minutes',"
         " submitted_at = now() - interval '1 minute' where id = %s",
         (fresh,),
     )

@@ -82,6 +82,17 @@ def test_message_delay_is_the_whole_seconds_not_yet_passed(seconds_ahead, delay)
     assert message.delay_seconds == delay
 
 
+@pytest.mark.parametrize("action_type", ["webhook", "send_sms", 'odd "name\\', "caf\u00e9"])
+def test_a_message_body_is_the_json_of_its_fields(action_type):
+    import json
+
+    message = OutgoingMessage.for_row(uuid4(), action_type, NOW + timedelta(seconds=3), NOW)
+    fields = {"id": str(message.action_id), "type": action_type,
+              "due_at": message.due_at.isoformat()}  # fmt: skip
+    assert message.body() == json.dumps(fields)
+    assert decode_body(message.body()) is not None
+
+
 def test_message_bodies_round_trip_and_foreign_ones_are_refused():
     message = OutgoingMessage.for_row(uuid4(), "webhook", NOW, NOW)
     decoded = decode_body(message.body())

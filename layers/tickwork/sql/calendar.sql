@@ -26,13 +26,13 @@ select set_config('max_parallel_workers_per_gather', '0', true),
 with due as (
     select coalesce(next_attempt_at, publish_at) as due_at
     from scheduled_actions
-    where status = 'queued' and enqueued_at is null
+    where status = 'queued' and enqueued_at is null and finished_at is null
       and coalesce(next_attempt_at, publish_at) <= now()
       and workspace_id = %(workspace_id)s
     union all
     select coalesce(next_attempt_at, publish_at)
     from scheduled_actions
-    where status = 'queued' and enqueued_at is not null
+    where status = 'queued' and enqueued_at is not null and finished_at is null
       and coalesce(next_attempt_at, publish_at) <= now()
       and workspace_id = %(workspace_id)s
 )

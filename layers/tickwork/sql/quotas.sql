@@ -4,7 +4,7 @@
 -- Queued or submitted rows of the workspace, counted up to %(cap)s (enough to decide).
 select count(*) from (
     select 1 from scheduled_actions
-    where workspace_id = %(workspace_id)s and status in ('queued', 'submitted')
+    where workspace_id = %(workspace_id)s and finished_at is null
     limit %(cap)s
 ) as active
 

@@ -92,6 +92,7 @@ where recurring_schedule_id = %(id)s
   and source = 'recurring'
   and status = 'queued'
   and publish_at > %(now)s
+  and not cancelled  -- implied by the status: lets the occurrence index serve
 returning id
 
 -- name: cancel_undue_rows
@@ -104,6 +105,7 @@ where recurring_schedule_id = %(id)s
   and source = 'recurring'
   and status = 'queued'
   and coalesce(next_attempt_at, publish_at) > %(now)s
+  and not cancelled  -- implied by the status: lets the occurrence index serve
 returning id
 
 -- name: insert_occurrences
@@ -119,7 +121,7 @@ from recurring_schedules s
 cross join unnest(%(publish_ats)s::timestamptz[]) as o (publish_at)
 where s.id = %(id)s
 on conflict (recurring_schedule_id, publish_at)
-    where recurring_schedule_id is not null and source = 'recurring' and status <> 'cancelled'
+    where recurring_schedule_id is not null and source = 'recurring' and not cancelled
     do nothing
 returning id
 

@@ -69,7 +69,8 @@ having sum(n) <> 0
 -- name: rollup_counts
 -- Rows by status and type, in one snapshot: finished = the rollup before the watermark plus
 -- the rows finished since (through ix_scheduled_actions_finished); submitted live (through
--- ix_scheduled_actions_in_flight: only a submitted row has submitted_at and no finished_at);
+-- ix_scheduled_actions_enqueued: a claimed row is always enqueued, and leaves the index
+-- when it finishes, so it holds only what is in flight);
 -- queued = rows - submitted - finished. %(mark)s is the watermark the caller read just
 -- before; the row's `mark` is the one this snapshot saw, and when they differ the caller
 -- reads again (an advance committed between the two).
@@ -90,7 +91,7 @@ with finished as (
 submitted as (
     select action_type, 'submitted'::text as status, count(*) as n
     from scheduled_actions
-    where submitted_at is not null and finished_at is null and status = 'submitted'
+    where enqueued_at is not null and finished_at is null and status = 'submitted'
       and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
     group by action_type
 ),

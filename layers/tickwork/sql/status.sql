@@ -7,13 +7,13 @@
 with due as (
     select action_type, coalesce(next_attempt_at, publish_at) as due_at
     from scheduled_actions
-    where status = 'queued' and enqueued_at is null
+    where status = 'queued' and enqueued_at is null and finished_at is null
       and coalesce(next_attempt_at, publish_at) <= now()
       and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
     union all
     select action_type, coalesce(next_attempt_at, publish_at)
     from scheduled_actions
-    where status = 'queued' and enqueued_at is not null
+    where status = 'queued' and enqueued_at is not null and finished_at is null
       and coalesce(next_attempt_at, publish_at) <= now()
       and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
 )
@@ -28,13 +28,13 @@ group by action_type
 -- already handed to its queue ahead of time.
 select t.action_type, least(
     (select coalesce(next_attempt_at, publish_at) from scheduled_actions
-     where status = 'queued' and enqueued_at is null
+     where status = 'queued' and enqueued_at is null and finished_at is null
        and coalesce(next_attempt_at, publish_at) > now()
        and action_type = t.action_type
        and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
      order by coalesce(next_attempt_at, publish_at) limit 1),
     (select min(coalesce(next_attempt_at, publish_at)) from scheduled_actions
-     where status = 'queued' and enqueued_at is not null
+     where status = 'queued' and enqueued_at is not null and finished_at is null
        and coalesce(next_attempt_at, publish_at) > now()
        and action_type = t.action_type
        and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s))
@@ -76,9 +76,10 @@ order by action_type, status, error_code
 
 -- name: status_attention
 -- Rows submitted longer than the stuck timeout (about to be failed as stuck), through the
--- in-flight index. The failures waiting for a person come from the rollup.
+-- enqueued index (a claimed row was enqueued no later than it was claimed). The failures waiting for a person come from the rollup.
 select count(*) as submitted_too_long
 from scheduled_actions
-where submitted_at is not null and finished_at is null and status = 'submitted'
+where enqueued_at is not null and finished_at is null and status = 'submitted'
+  and enqueued_at < now() - make_interval(secs => %(stuck_timeout_seconds)s)
   and submitted_at < now() - make_interval(secs => %(stuck_timeout_seconds)s)
   and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)

@@ -13,6 +13,7 @@ with marked as (
             from scheduled_actions
             where status = 'queued'
               and enqueued_at is null
+              and finished_at is null
               and coalesce(next_attempt_at, publish_at) <= %(horizon)s
               and action_type = any(%(action_types)s::text[])
             order by coalesce(next_attempt_at, publish_at), id
@@ -51,7 +52,7 @@ where a.id = m.id
 -- A local runtime starting with an empty in-process queue: every message it had was lost.
 update scheduled_actions
 set enqueued_at = null
-where status = 'queued' and enqueued_at is not null
+where status = 'queued' and enqueued_at is not null and finished_at is null
   and action_type = any(%(action_types)s::text[])
 returning id
 
@@ -60,6 +61,7 @@ returning id
 update scheduled_actions
 set enqueued_at = null
 where status = 'queued'
+  and finished_at is null
   and enqueued_at < now() - make_interval(secs => %(redelivery_timeout)s)
 returning id
 
@@ -72,8 +74,11 @@ set status = 'failed', error_code = 'stuck', finished_at = now(),
     last_error = 'no outcome recorded within ' || %(stuck_timeout)s || ' s of the claim;'
         || ' the provider may have been called: look for an ''outcome unwritten'' log line'
         || ' with this action id before retrying'
+-- A submitted row was enqueued no later than it was claimed (the claim sets enqueued_at if
+-- it was unset), so the enqueued index holds every candidate.
 where status = 'submitted'
   and finished_at is null
+  and enqueued_at < now() - make_interval(secs => %(stuck_timeout)s)
   and submitted_at < now() - make_interval(secs => %(stuck_timeout)s)
 returning id, action_type
 
@@ -87,6 +92,7 @@ where id = any(array(
         from scheduled_actions
         where status = 'queued'
           and enqueued_at is null
+          and finished_at is null
           and coalesce(next_attempt_at, publish_at)
               < now() - make_interval(secs => %(max_lateness)s)
           and action_type = %(action_type)s
