@@ -29,11 +29,13 @@ def insert(
     action_type="webhook",
     next_attempt=None,
 ) -> None:
+    # A claimed row was enqueued no later than it was claimed.
+    enqueued = submitted if status == "submitted" else None
     conn.execute(
         "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at,"
-        f" status, error_code, submitted_at, finished_at, next_attempt_at) values (%s, %s,"
-        f" 'primary', {due}, %s, %s, {submitted or 'null'}, {finished or 'null'},"
-        f" {next_attempt or 'null'})",
+        " status, error_code, submitted_at, finished_at, next_attempt_at, enqueued_at)"
+        f" values (%s, %s, 'primary', {due}, %s, %s, {submitted or 'null'},"
+        f" {finished or 'null'}, {next_attempt or 'null'}, {enqueued or 'null'})",
         (workspace, action_type, status, error_code),
     )
 
@@ -148,6 +150,21 @@ def test_status_of_one_workspace(busy, database_url, capsys):
     assert [(r["action_type"], r["queued"]) for r in found["backlog"]] == [("webhook", 1)]
     assert found["lag_ms"]["sample"] == 0
     assert found["outcomes"] == []
+
+
+def test_a_long_due_backlog_is_counted_up_to_the_cap(conn, database_url, capsys, monkeypatch):
+    from tickwork.ops import status as status_module
+
+    monkeypatch.setattr(status_module, "DUE_CAP", 3)
+    ws = make_workspace(conn, "Behind")
+    for minutes in range(1, 6):
+        insert(conn, ws, due=f"now() - interval '{minutes} minutes'")
+    found = status_json(capsys, "--database-url", database_url, "--workspace", "Behind")
+    [row] = found["backlog"]
+    assert (row["queued"], row["due"], row["due_capped"]) == (5, 3, True)
+    assert 295 <= row["oldest_due_age_seconds"] < 330  # the oldest is read first
+    assert cli.main(["status", "--database-url", database_url, "--workspace", "Behind"]) == 0
+    assert re.search(r"webhook\s+5\s+3\+", capsys.readouterr().out)
 
 
 def test_status_for_people(busy, database_url, capsys):

@@ -32,7 +32,7 @@ def backlog_and_history(conn, workspace, now):
     )
     conn.execute(
         "update scheduled_actions set status = 'submitted', submitted_at = now(),"
-        " attempt_count = 1 where id in (select id from scheduled_actions"
+        " enqueued_at = now(), attempt_count = 1 where id in (select id from scheduled_actions"
         " where target_key = 'due' limit 50)"
     )
     conn.execute(
@@ -100,6 +100,7 @@ def test_tickwork_status_uses_indexes(conn, backlog_and_history, all_workspaces)
         "window_seconds": 3600,
         "stuck_timeout_seconds": 900,
         "action_types": ["webhook"],
+        "due_cap": 10_000,
     }
     expected = {
         "status_due": "ix_scheduled_actions_due",

@@ -17,6 +17,8 @@ from tickwork.ops.text import duration, relative, stamp
 from tickwork.sql import query
 
 _DUE = query("status_due")
+# Due rows counted per state before the count stops (and shows as a lower bound, "N+").
+DUE_CAP = 10_000
 _NEXT_DUE = query("status_next_due")
 _LAG = query("status_lag")
 _OUTCOMES = query("status_outcomes")
@@ -98,6 +100,7 @@ def gather(
         "workspace_id": workspace_id,
         "window_seconds": window_seconds,
         "stuck_timeout_seconds": stuck_timeout_seconds,
+        "due_cap": DUE_CAP,
     }
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         conn.execute(SMALL_READS)  # as /v1/stats: what it reads is small, whatever the plan says
@@ -119,6 +122,8 @@ def gather(
                 "action_type": name,
                 "queued": queued[name],
                 "due": due[name]["due"] if name in due else 0,
+                # More than DUE_CAP rows were due: `due` is a lower bound.
+                "due_capped": bool(due[name]["capped"]) if name in due else False,
                 "oldest_due_age_seconds": (
                     _round(due[name]["oldest_due_age_seconds"]) if name in due else None
                 ),
@@ -175,7 +180,8 @@ def render(status: Status) -> str:
             oldest = row["oldest_due_age_seconds"]
             nxt = row["next_due"]
             lines.append(
-                f"{row['action_type']:<16}{row['queued']:>8}{row['due']:>9}  "
+                f"{row['action_type']:<16}{row['queued']:>8}"
+                f"{str(row['due']) + ('+' if row['due_capped'] else ''):>9}  "
                 f"{(duration(oldest) + ' ago') if oldest is not None else '-':<18}"
                 f"{relative(nxt, now) + ' (' + stamp(nxt)[11:19] + ')' if nxt else '-'}"
             )

@@ -3,23 +3,37 @@
 
 -- name: status_due
 -- Queued rows already due per action type, through the two partial indexes of queued rows
--- (small unless something is behind). How many are queued comes from the rollup.
-with due as (
-    select action_type, coalesce(next_attempt_at, publish_at) as due_at
+-- (small unless something is behind). How many are queued comes from the rollup. Each
+-- part walks its index in order and stops after %(due_cap)s rows: without the limit the
+-- planner, whose estimate of "due before now" counts finished history, may read the index
+-- of every active row instead (all of a big future backlog). `capped` says a part stopped.
+with not_enqueued as (
+    select workspace_id, action_type, coalesce(next_attempt_at, publish_at) as due_at
     from scheduled_actions
     where status = 'queued' and enqueued_at is null and finished_at is null
       and coalesce(next_attempt_at, publish_at) <= now()
       and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
-    union all
-    select action_type, coalesce(next_attempt_at, publish_at)
+    order by coalesce(next_attempt_at, publish_at), id
+    limit %(due_cap)s + 1
+),
+enqueued as (
+    select workspace_id, action_type, coalesce(next_attempt_at, publish_at) as due_at
     from scheduled_actions
     where status = 'queued' and enqueued_at is not null and finished_at is null
       and coalesce(next_attempt_at, publish_at) <= now()
       and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
+    order by enqueued_at
+    limit %(due_cap)s + 1
+),
+capped as (
+    select (select count(*) from not_enqueued) > %(due_cap)s
+        or (select count(*) from enqueued) > %(due_cap)s as capped
 )
-select action_type, count(*) as due,
-       extract(epoch from now() - min(due_at))::float8 as oldest_due_age_seconds
-from due
+select action_type, least(count(*), %(due_cap)s) as due,
+       extract(epoch from now() - min(due_at))::float8 as oldest_due_age_seconds,
+       (select capped from capped) as capped
+from (select action_type, due_at from not_enqueued
+      union all select action_type, due_at from enqueued) due
 group by action_type
 
 -- name: status_next_due
