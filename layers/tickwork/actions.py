@@ -510,9 +510,26 @@ def text_array(values: Iterable[str | None]) -> str:
     )
 
 
+AttemptOutcome = Literal["delivered", "rejected", "transient", "ambiguous", "stuck"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One provider call, for the ledger (action_attempts): written with its outcome."""
+
+    workspace_id: UUID
+    number: int  # the row's attempt_count after its claim
+    started: float  # epoch seconds
+    finished: float
+    outcome: AttemptOutcome
+    code: str | None = None  # the provider's refusal code, if it gave one
+    message_id: str | None = None  # the provider's id for what it delivered
+    excerpt: str | None = None  # sanitized: no secrets, no receiver's body
+
+
 @dataclass(frozen=True)
 class Finalization:
-    """Where a submitted row goes next."""
+    """Where a submitted row goes next (and, when the provider was called, the call)."""
 
     action_id: UUID
     status: Literal["published", "failed", "queued"]
@@ -521,6 +538,7 @@ class Finalization:
     last_error: str | None = None
     next_attempt_at: datetime | None = None
     attempt_delta: int = 0
+    attempt: Attempt | None = None
 
 
 def published(action_id: UUID, provider_id: str | None) -> Finalization:
@@ -568,5 +586,35 @@ def finalize(conn: Connection, outcomes: Sequence[Finalization]) -> dict[UUID, s
         "next_attempt_ats": [o.next_attempt_at for o in outcomes],
         "attempt_deltas": "{" + ",".join([str(o.attempt_delta) for o in outcomes]) + "}",
     }
+    columns |= attempt_columns(outcomes)
     rows = conn.execute(_FINALIZE, columns).fetchall()
     return {row[0]: row[1] for row in rows}
+
+
+# The ledger's excerpt and message id are bounded as its CHECKs say.
+MAX_EXCERPT = 300
+MAX_MESSAGE_ID = 2000
+
+
+def attempt_columns(outcomes: Sequence[Finalization]) -> dict[str, str]:
+    """The finalize's attempt_* arrays (text literals, as the other columns): one entry per
+    provider call; all empty when nothing was called or the ledger is off."""
+    ids = [o.action_id for o in outcomes if o.attempt is not None]
+    calls = [o.attempt for o in outcomes if o.attempt is not None]
+    return {
+        "attempt_ids": uuid_array(ids),
+        "attempt_numbers": "{" + ",".join([str(a.number) for a in calls]) + "}",
+        "attempt_workspaces": uuid_array(a.workspace_id for a in calls),
+        "attempt_started": "{" + ",".join([repr(a.started) for a in calls]) + "}",
+        "attempt_finished": "{" + ",".join([repr(a.finished) for a in calls]) + "}",
+        "attempt_outcomes": text_array(a.outcome for a in calls),
+        "attempt_codes": text_array(_bounded(a.code, 100) for a in calls),
+        "attempt_message_ids": text_array(_bounded(a.message_id, MAX_MESSAGE_ID) for a in calls),
+        "attempt_excerpts": text_array(_bounded(a.excerpt, MAX_EXCERPT) for a in calls),
+    }
+
+
+def _bounded(value: str | None, limit: int) -> str | None:
+    if value is None:
+        return None
+    return value.replace("\x00", "")[:limit]

@@ -259,7 +259,9 @@ def report_costs(count: int, result: dict[str, Any]) -> None:
           f" over {result['drain_seconds']:.2f} s of drain")  # fmt: skip
 
 
-def run_floor(url: str, count: int, workers: int, batch: int, tick_batch: int) -> dict[str, Any]:
+def run_floor(
+    url: str, count: int, workers: int, batch: int, tick_batch: int, ledger: bool = True
+) -> dict[str, Any]:
     """The burst's statements with no Python work between them: one connection marks due
     rows as the tick does, `workers` connections claim and finalize them in `batch`es (ids
     kept as the text of a Postgres array, every row published)."""
@@ -283,11 +285,19 @@ def run_floor(url: str, count: int, workers: int, batch: int, tick_batch: int) -
                     "max_lateness": None, "reclaim_after": None,
                 }).fetchall()  # fmt: skip
                 n = len(claimed)
+                ids = [row[0] for row in claimed]
+                m = n if ledger else 0  # the ledger's entries: one per call
+                now = time.time()
                 conn.execute(finalize, {
-                    "ids": [row[0] for row in claimed], "statuses": ["published"] * n,
+                    "ids": ids, "statuses": ["published"] * n,
                     "provider_ids": [None] * n, "error_codes": [None] * n,
                     "last_errors": [None] * n, "next_attempt_ats": [None] * n,
                     "attempt_deltas": [0] * n,
+                    "attempt_ids": ids[:m], "attempt_numbers": [1] * m,
+                    "attempt_workspaces": [workspace] * m, "attempt_started": [now] * m,
+                    "attempt_finished": [now] * m, "attempt_outcomes": ["delivered"] * m,
+                    "attempt_codes": [None] * m, "attempt_message_ids": [None] * m,
+                    "attempt_excerpts": [None] * m,
                 }).fetchall()  # fmt: skip
         finished.append(time.time())
 

@@ -23,7 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 from uuid import UUID
@@ -39,7 +39,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork import actions, connections
-from tickwork.actions import Action, Finalization
+from tickwork.actions import Action, Attempt, AttemptOutcome, Finalization
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.observability import emit, logger, metrics, metrics_enabled
 from tickwork.providers.base import (
@@ -52,6 +52,7 @@ from tickwork.providers.base import (
     Rejected,
     Via,
 )
+from tickwork.providers.http import sanitize
 from tickwork.queues.port import DecodedBody, VisibilityChange, decode_body, retry_visibility
 from tickwork.runtime import Runtime
 from tickwork.tick import enqueue_soon, unmark
@@ -197,6 +198,29 @@ class _Completed:
     action: Action
     outcome: Outcome
     called_at: float
+    finished_at: float = 0.0
+    called: bool = False  # the provider's send was invoked (a ledger attempt)
+
+
+def attempt_of(action: Action, outcome: Outcome, started: float, finished: float) -> Attempt | None:
+    """The ledger's record of one provider call; None when nothing left (NotSent)."""
+    if isinstance(outcome, NotSent):
+        return None
+    if isinstance(outcome, Delivered):
+        return Attempt(
+            action.workspace_id, action.attempt_count, started, finished, "delivered",
+            message_id=outcome.provider_id,
+        )  # fmt: skip
+    # Providers put tenant-safe text in their messages; cleaned again, bounded, to be sure.
+    excerpt = sanitize(outcome.message)
+    if isinstance(outcome, Rejected):
+        return Attempt(
+            action.workspace_id, action.attempt_count, started, finished, "rejected",
+            code=outcome.code, excerpt=excerpt,
+        )  # fmt: skip
+    kind: AttemptOutcome = "ambiguous" if isinstance(outcome, Ambiguous) else "transient"
+    return Attempt(action.workspace_id, action.attempt_count, started, finished, kind,
+                   excerpt=excerpt)  # fmt: skip
 
 
 class _Wave:
@@ -471,6 +495,7 @@ class Dispatcher:
         via: Via | Outcome | None = None,
     ) -> None:
         called_at = time.time()
+        called = False
         outcome: Outcome = NotSent("the call was not made")
         try:
             if deadline is not None and time.monotonic() > deadline:
@@ -479,6 +504,7 @@ class Dispatcher:
             if via is not None and not isinstance(via, Via):
                 outcome = via  # the connection is gone or unreadable: nothing is sent
                 return
+            called = True
             outcome = provider.send(action) if via is None else provider.send(action, via)
         except Exception as exc:
             # A provider bug: we cannot know whether anything left. The exception's text
@@ -486,7 +512,7 @@ class Dispatcher:
             logger.exception("provider raised", extra={"action_id": str(action.id)})
             outcome = Ambiguous(f"provider raised {type(exc).__name__}")
         finally:
-            completions.put(_Completed(action, outcome, called_at))
+            completions.put(_Completed(action, outcome, called_at, time.time(), called))
 
     @staticmethod
     def _collect(
@@ -522,18 +548,25 @@ class Dispatcher:
         again at once. Returns the ids whose outcome could not be written."""
         now = self.clock()
         finalizations = []
+        ledger = self.settings.attempts_ledger
         for completed in done:
             summary.lags.append(completed.called_at - completed.action.due_at.timestamp())
-            finalizations.append(
-                decide_safely(
-                    completed.action,
-                    completed.outcome,
-                    provider.idempotent,
-                    self.settings,
-                    now,
-                    self.rand,
-                )
+            finalization = decide_safely(
+                completed.action,
+                completed.outcome,
+                provider.idempotent,
+                self.settings,
+                now,
+                self.rand,
             )
+            if ledger and completed.called:
+                call = attempt_of(
+                    completed.action, completed.outcome, completed.called_at,
+                    completed.finished_at,
+                )  # fmt: skip
+                if call is not None:
+                    finalization = replace(finalization, attempt=call)
+            finalizations.append(finalization)
         unwritten = self._finalize(finalizations, end)
         written = [f for f in finalizations if f.action_id not in unwritten]
         summary.unwritten += len(unwritten)
@@ -602,6 +635,10 @@ class Dispatcher:
                 )
                 if finalization.status == "published":
                     fallback = actions.published(finalization.action_id, None)
+                if finalization.attempt is not None:
+                    # The call is still recorded, without the text the database refused.
+                    bare = replace(finalization.attempt, code=None, message_id=None, excerpt=None)
+                    fallback = replace(fallback, attempt=bare)
                 try:
                     actions.finalize(conn, [fallback])
                 except INFRASTRUCTURE_ERRORS:

@@ -247,6 +247,15 @@ def test_exactly_once_under_contention(database_url, conn, workspace, runtime, n
     assert set(deliveries) == set(ids)
     assert max(deliveries.values()) == 1
     assert statuses(conn) == {"published": 2000}
+    # And the ledger matches the provider's own log of calls exactly: one entry per call,
+    # per action, delivered under the id the row has
+    entries = conn.execute(
+        "select l.action_id, l.attempt, l.outcome, l.provider_message_id, a.provider_id"
+        " from action_attempts l join scheduled_actions a on a.id = l.action_id"
+    ).fetchall()
+    assert Counter(e[0] for e in entries) == deliveries
+    assert {(e[1], e[2]) for e in entries} == {(1, "delivered")}
+    assert all(e[3] == e[4] == f"log-{e[0]}" for e in entries)
 
 
 # ---------------------------------------------------------------- webhook provider

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tickwork.actions import Attempt, Finalization, attempt_columns
 from tickwork.sql import query
 
 
@@ -71,7 +72,7 @@ def test_the_due_query_takes_only_the_due_rows(conn, big_table):
     assert len(due) == 100
 
 
-def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
+def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table, workspace):
     # Given a burst in flight: many rows already submitted by other dispatchers
     conn.execute(
         "update scheduled_actions set status = 'submitted', submitted_at = now(),"
@@ -95,7 +96,11 @@ def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
         query("finalize_actions"),
         {"ids": ids, "statuses": ["published"] * n, "provider_ids": ["p"] * n,
          "error_codes": [None] * n, "last_errors": [None] * n,
-         "next_attempt_ats": [None] * n, "attempt_deltas": [0] * n},
+         "next_attempt_ats": [None] * n, "attempt_deltas": [0] * n}
+        | attempt_columns([
+            Finalization(i, "published", attempt=Attempt(workspace, 1, 0.0, 0.1, "delivered"))
+            for i in ids
+        ]),
     )  # fmt: skip
     for plan in (claim, finalize):
         assert index_scans(plan) == {"scheduled_actions_pkey"}, json.dumps(plan, indent=1)

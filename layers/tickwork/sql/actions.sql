@@ -80,6 +80,30 @@ returning *
 -- name: finalize_actions
 -- submitted -> published | failed | queued, for a batch of outcomes, in one statement.
 -- attempt_delta is -1 when a claim is reverted before the provider was reached.
+-- The `attempts` CTE records each provider call in the ledger (the attempt_* arrays: one
+-- entry per call, none for a claim reverted unsent), whether or not the row is still
+-- submitted: an outcome written late, after the tick recovered the row as `stuck`,
+-- replaces that attempt's `stuck` entry, so the resolver knows what the provider said.
+with attempts as (
+    insert into action_attempts as t (
+        action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,
+        provider_code, provider_message_id, excerpt
+    )
+    select l.id, l.attempt, l.workspace_id, to_timestamp(l.started), to_timestamp(l.finished),
+           round((l.finished - l.started) * 1000)::int, l.outcome, l.code, l.message_id,
+           l.excerpt
+    from unnest(
+        %(attempt_ids)s::uuid[], %(attempt_numbers)s::int[], %(attempt_workspaces)s::uuid[],
+        %(attempt_started)s::float8[], %(attempt_finished)s::float8[],
+        %(attempt_outcomes)s::text[], %(attempt_codes)s::text[],
+        %(attempt_message_ids)s::text[], %(attempt_excerpts)s::text[]
+    ) as l(id, attempt, workspace_id, started, finished, outcome, code, message_id, excerpt)
+    on conflict (action_id, attempt) do update
+    set finished_at = excluded.finished_at, latency_ms = excluded.latency_ms,
+        outcome = excluded.outcome, provider_code = excluded.provider_code,
+        provider_message_id = excluded.provider_message_id, excerpt = excluded.excerpt
+    where t.outcome = 'stuck'
+)
 update scheduled_actions a
 set status = f.status,
     provider_id = coalesce(f.provider_id, a.provider_id),

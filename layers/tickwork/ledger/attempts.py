@@ -1,0 +1,38 @@
+"""Reading the ledger: an action's attempts, oldest first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from psycopg.rows import class_row
+
+from tickwork.db import Connection
+from tickwork.sql import query
+
+_ATTEMPTS = query("attempts_of_action")
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRow:
+    """One provider call as the ledger holds it (only sanitized text is ever stored)."""
+
+    attempt: int
+    started_at: datetime
+    finished_at: datetime | None
+    latency_ms: int | None
+    outcome: str
+    provider_code: str | None
+    provider_message_id: str | None
+    excerpt: str | None
+    resolution: str | None
+    resolved_at: datetime | None
+    resolution_detail: str | None
+
+
+def attempts_of(conn: Connection, workspace_id: UUID, action_id: UUID) -> list[AttemptRow]:
+    with conn.cursor(row_factory=class_row(AttemptRow)) as cur:
+        return cur.execute(
+            _ATTEMPTS, {"action_id": action_id, "workspace_id": workspace_id}
+        ).fetchall()

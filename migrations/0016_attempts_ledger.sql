@@ -1,0 +1,42 @@
+-- The delivery ledger: one row per provider call, written by the dispatcher's finalize in
+-- the same statement as the outcome (a CTE), by the tick when it recovers a zombie as
+-- `stuck`, and updated by the resolver when it settles an `ambiguous` or `stuck` attempt
+-- with the provider's lookup. Only sanitized text is stored: codes, the provider's message
+-- id and a short excerpt already cleaned of secrets; never a receiver's body.
+--
+-- Narrow and with one index (its key), so the hot path pays one index insert per call.
+-- No foreign key to workspaces: the action's key cascades, and checks cost per row.
+create table action_attempts (
+    action_id            uuid not null references scheduled_actions (id) on delete cascade,
+    attempt              integer not null check (attempt > 0),
+    workspace_id         uuid not null,
+    started_at           timestamptz not null,
+    finished_at          timestamptz,
+    latency_ms           integer,
+    -- What the call came to: delivered, rejected (refused for good), transient (provably not
+    -- delivered), ambiguous (may have arrived), stuck (no outcome reached the row).
+    outcome              text not null
+                         check (outcome in ('delivered', 'rejected', 'transient', 'ambiguous',
+                                            'stuck')),
+    provider_code        text check (length(provider_code) <= 100),
+    provider_message_id  text check (length(provider_message_id) <= 2000),
+    excerpt              text check (length(excerpt) <= 300),
+    -- What the resolver made of an ambiguous or stuck attempt: the provider has it
+    -- (delivered: the row is published), it provably has not (requeued: one more attempt,
+    -- at most once per action), or it could not tell (unresolved, with the reason).
+    resolution           text check (resolution in ('delivered', 'requeued', 'unresolved')),
+    resolved_at          timestamptz,
+    resolution_detail    text check (length(resolution_detail) <= 300),
+    primary key (action_id, attempt)
+);
+
+-- The resolver's candidates: failed rows that may have arrived. Rare, so the partial index
+-- is small and costs nothing for rows that publish.
+create index ix_scheduled_actions_unresolved on scheduled_actions (submitted_at, id)
+    where status = 'failed' and error_code in ('ambiguous', 'stuck');
+
+grant select, insert, update on action_attempts to tickwork_api;
+alter table action_attempts enable row level security;
+create policy action_attempts_tenant on action_attempts to tickwork_api
+    using (workspace_id = tickwork_current_workspace())
+    with check (workspace_id = tickwork_current_workspace());
