@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -164,3 +164,26 @@ def test_a_wave_records_each_of_its_calls_once(conn, workspace, runtime, now):
     assert Counter(e["action_id"] for e in entries) == Counter(ids)
     assert {(e["attempt"], e["outcome"]) for e in entries} == {(1, "delivered")}
     assert {e["provider_message_id"] for e in entries} == {f"log-{i}" for i in ids}
+
+
+def test_the_api_login_sees_only_its_workspaces_entries(conn, workspace, runtime, now):
+    from tests.conftest import make_workspace
+    from tickwork.tenancy import tenant_transaction
+
+    other = make_workspace(conn, "Other")
+    mine = seed(conn, workspace, 2, now - timedelta(seconds=1))
+    seed(conn, other, 3, now - timedelta(seconds=1))
+    run_tick(conn, runtime.queues, runtime.settings)
+    assert drain(runtime).published == 5
+    api = runtime.api_database().connection()
+    with tenant_transaction(api, workspace):
+        seen = api.execute("select action_id, workspace_id from action_attempts").fetchall()
+        # and it cannot write an entry into another workspace
+        with pytest.raises(Exception, match="row-level security"), api.transaction():
+            api.execute(
+                "insert into action_attempts (action_id, attempt, workspace_id, started_at,"
+                " outcome) values (%s, 9, %s, now(), 'stuck')",
+                (mine[0], other),
+            )
+    assert {r[0] for r in seen} == set(mine)
+    assert {r[1] for r in seen} == {workspace}

@@ -22,9 +22,21 @@ from tickwork.providers import ProviderRegistry
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP = "Fn::ForEach::PerActionType"
-APPLICATION_FUNCTIONS = {"ApiFunction", "TickFunction", "ReconcilerFunction", "ExpanderFunction"}
-SCHEDULED = {"TickFunction", "ReconcilerFunction", "ExpanderFunction"}
-SENDERS = ["TickFunction", "ApiFunction", "ReconcilerFunction", "ExpanderFunction"]
+APPLICATION_FUNCTIONS = {
+    "ApiFunction",
+    "TickFunction",
+    "ReconcilerFunction",
+    "ExpanderFunction",
+    "ResolverFunction",
+}
+SCHEDULED = {"TickFunction", "ReconcilerFunction", "ExpanderFunction", "ResolverFunction"}
+SENDERS = [
+    "TickFunction",
+    "ApiFunction",
+    "ReconcilerFunction",
+    "ExpanderFunction",
+    "ResolverFunction",
+]
 # What every function's code reads (tickwork.config.Settings, tickwork.observability).
 REQUIRED_ENV = {
     "POWERTOOLS_SERVICE_NAME",
