@@ -4,10 +4,12 @@
 -- with the provider's lookup. Only sanitized text is stored: codes, the provider's message
 -- id and a short excerpt already cleaned of secrets; never a receiver's body.
 --
--- Narrow and with one index (its key), so the hot path pays one index insert per call.
--- No foreign key to workspaces: the action's key cascades, and checks cost per row.
+-- Narrow and with one index (its key), so the hot path pays one heap and one index insert
+-- per call, and no foreign key check (a trigger per row): only the finalize, the tick and
+-- the resolver write it, each for a row it has just read or changed. Entries go with their
+-- action (below) and with its workspace (whose delete cascades to the actions).
 create table action_attempts (
-    action_id            uuid not null references scheduled_actions (id) on delete cascade,
+    action_id            uuid not null,
     attempt              integer not null check (attempt > 0),
     workspace_id         uuid not null,
     started_at           timestamptz not null,
@@ -29,6 +31,21 @@ create table action_attempts (
     resolution_detail    text check (length(resolution_detail) <= 300),
     primary key (action_id, attempt)
 );
+
+create function tickwork_delete_attempts() returns trigger
+language plpgsql as $$
+begin
+    delete from action_attempts t using gone g where t.action_id = g.id;
+    return null;
+end;
+$$;
+
+-- Once per statement, and only for deletes: nothing on the hot path.
+create trigger scheduled_actions_delete_attempts
+    after delete on scheduled_actions
+    referencing old table as gone
+    for each statement
+    execute function tickwork_delete_attempts();
 
 -- The resolver's candidates: failed rows that may have arrived. Rare, so the partial index
 -- is small and costs nothing for rows that publish.

@@ -565,7 +565,11 @@ class Dispatcher:
                     completed.finished_at,
                 )  # fmt: skip
                 if call is not None:
-                    finalization = replace(finalization, attempt=call)
+                    f = finalization  # the constructor, not replace(): hot path, per row
+                    finalization = Finalization(
+                        f.action_id, f.status, f.provider_id, f.error_code, f.last_error,
+                        f.next_attempt_at, f.attempt_delta, call,
+                    )  # fmt: skip
             finalizations.append(finalization)
         unwritten = self._finalize(finalizations, end)
         written = [f for f in finalizations if f.action_id not in unwritten]

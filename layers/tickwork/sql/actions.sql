@@ -80,45 +80,62 @@ returning *
 -- name: finalize_actions
 -- submitted -> published | failed | queued, for a batch of outcomes, in one statement.
 -- attempt_delta is -1 when a claim is reverted before the provider was reached.
--- The `attempts` CTE records each provider call in the ledger (the attempt_* arrays: one
--- entry per call, none for a claim reverted unsent), whether or not the row is still
--- submitted: an outcome written late, after the tick recovered the row as `stuck`,
--- replaces that attempt's `stuck` entry, so the resolver knows what the provider said.
-with attempts as (
-    insert into action_attempts as t (
-        action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,
-        provider_code, provider_message_id, excerpt
-    )
-    select l.id, l.attempt, l.workspace_id, to_timestamp(l.started), to_timestamp(l.finished),
-           round((l.finished - l.started) * 1000)::int, l.outcome, l.code, l.message_id,
-           l.excerpt
+-- The ledger (action_attempts) gets one entry per provider call (the attempt_* arrays; none
+-- for a claim reverted unsent), in the same statement: `attempts` for rows this update
+-- finalized (a plain insert: nothing else writes an attempt of a submitted row), and
+-- `late_attempts` for an outcome whose row moved on, e.g. recovered as `stuck` while its
+-- dispatcher could not write: it replaces that attempt's `stuck` entry, so the resolver
+-- knows what the provider said; a repeated write changes nothing.
+with finalized as (
+    update scheduled_actions a
+    set status = f.status,
+        provider_id = coalesce(f.provider_id, a.provider_id),
+        error_code = f.error_code,
+        last_error = coalesce(f.last_error, a.last_error),
+        next_attempt_at = f.next_attempt_at,
+        attempt_count = a.attempt_count + f.attempt_delta,
+        finished_at = case when f.status in ('published', 'failed') then now() end,
+        submitted_at = case when f.status = 'queued' then null else a.submitted_at end,
+        enqueued_at = null
+    from unnest(
+        %(ids)s::uuid[], %(statuses)s::text[], %(provider_ids)s::text[], %(error_codes)s::text[],
+        %(last_errors)s::text[], %(next_attempt_ats)s::timestamptz[], %(attempt_deltas)s::int[]
+    ) as f(id, status, provider_id, error_code, last_error, next_attempt_at, attempt_delta)
+    where a.id = f.id
+      and a.status = 'submitted'
+      and f.status in ('published', 'failed', 'queued')
+    returning a.id, a.status
+), calls as (
+    select l.id, l.attempt, l.workspace_id, to_timestamp(l.started) as started_at,
+           to_timestamp(l.finished) as finished_at,
+           round((l.finished - l.started) * 1000)::int as latency_ms, l.outcome, l.code,
+           l.message_id, l.excerpt, exists (select 1 from finalized r where r.id = l.id) as live
     from unnest(
         %(attempt_ids)s::uuid[], %(attempt_numbers)s::int[], %(attempt_workspaces)s::uuid[],
         %(attempt_started)s::float8[], %(attempt_finished)s::float8[],
         %(attempt_outcomes)s::text[], %(attempt_codes)s::text[],
         %(attempt_message_ids)s::text[], %(attempt_excerpts)s::text[]
     ) as l(id, attempt, workspace_id, started, finished, outcome, code, message_id, excerpt)
+), attempts as (
+    insert into action_attempts (
+        action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,
+        provider_code, provider_message_id, excerpt
+    )
+    select id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome, code,
+           message_id, excerpt
+    from calls where live
+), late_attempts as (
+    insert into action_attempts as t (
+        action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,
+        provider_code, provider_message_id, excerpt
+    )
+    select id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome, code,
+           message_id, excerpt
+    from calls where not live
     on conflict (action_id, attempt) do update
     set finished_at = excluded.finished_at, latency_ms = excluded.latency_ms,
         outcome = excluded.outcome, provider_code = excluded.provider_code,
         provider_message_id = excluded.provider_message_id, excerpt = excluded.excerpt
     where t.outcome = 'stuck'
 )
-update scheduled_actions a
-set status = f.status,
-    provider_id = coalesce(f.provider_id, a.provider_id),
-    error_code = f.error_code,
-    last_error = coalesce(f.last_error, a.last_error),
-    next_attempt_at = f.next_attempt_at,
-    attempt_count = a.attempt_count + f.attempt_delta,
-    finished_at = case when f.status in ('published', 'failed') then now() end,
-    submitted_at = case when f.status = 'queued' then null else a.submitted_at end,
-    enqueued_at = null
-from unnest(
-    %(ids)s::uuid[], %(statuses)s::text[], %(provider_ids)s::text[], %(error_codes)s::text[],
-    %(last_errors)s::text[], %(next_attempt_ats)s::timestamptz[], %(attempt_deltas)s::int[]
-) as f(id, status, provider_id, error_code, last_error, next_attempt_at, attempt_delta)
-where a.id = f.id
-  and a.status = 'submitted'
-  and f.status in ('published', 'failed', 'queued')
-returning a.id, a.status
+select id, status from finalized
