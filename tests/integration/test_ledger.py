@@ -187,3 +187,17 @@ def test_the_api_login_sees_only_its_workspaces_entries(conn, workspace, runtime
             )
     assert {r[0] for r in seen} == set(mine)
     assert {r[1] for r in seen} == {workspace}
+
+
+def test_entries_go_with_their_action_and_its_workspace(conn, workspace, runtime, now):
+    from tests.conftest import make_workspace
+
+    other = make_workspace(conn, "Other")
+    ids = seed(conn, workspace, 2, now - timedelta(seconds=1))
+    kept = seed(conn, other, 1, now - timedelta(seconds=1))
+    run_tick(conn, runtime.queues, runtime.settings)
+    assert drain(runtime).published == 3
+    conn.execute("delete from scheduled_actions where id = %s", (ids[0],))
+    assert {e["action_id"] for e in ledger(conn)} == {ids[1], kept[0]}
+    conn.execute("delete from workspaces where id = %s", (workspace,))
+    assert {e["action_id"] for e in ledger(conn)} == {kept[0]}

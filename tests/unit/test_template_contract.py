@@ -342,6 +342,7 @@ def test_the_listed_alarms_exist(stack):
         ("Tickwork", "TickElapsed"),
         ("Tickwork", "ReconcileElapsed"),
         ("Tickwork", "ExpanderElapsed"),
+        ("Tickwork", "ResolveElapsed"),
         ("Tickwork", "RecoveredStuck"),
         ("Tickwork", "DispatchLag"),
         ("AWS/RDS", "CPUUtilization"),
