@@ -513,17 +513,17 @@ def text_array(values: Iterable[str | None]) -> str:
 AttemptOutcome = Literal["delivered", "rejected", "transient", "ambiguous", "stuck"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Attempt:
-    """One provider call, for the ledger (action_attempts): written with its outcome."""
+    """One provider call, for the ledger (action_attempts): written with its outcome. The
+    row's workspace and, for a delivery, the message id (its provider_id) come with the
+    finalization."""
 
-    workspace_id: UUID
     number: int  # the row's attempt_count after its claim
     started: float  # epoch seconds
     finished: float
     outcome: AttemptOutcome
     code: str | None = None  # the provider's refusal code, if it gave one
-    message_id: str | None = None  # the provider's id for what it delivered
     excerpt: str | None = None  # sanitized: no secrets, no receiver's body
 
 
@@ -591,26 +591,31 @@ def finalize(conn: Connection, outcomes: Sequence[Finalization]) -> dict[UUID, s
     return {row[0]: row[1] for row in rows}
 
 
-# The ledger's excerpt and message id are bounded as its CHECKs say.
+# The ledger's excerpt is bounded as its CHECK says.
 MAX_EXCERPT = 300
-MAX_MESSAGE_ID = 2000
 
 
 def attempt_columns(outcomes: Sequence[Finalization]) -> dict[str, str]:
-    """The finalize's attempt_* arrays (text literals, as the other columns): one entry per
-    provider call; all empty when nothing was called or the ledger is off."""
-    ids = [o.action_id for o in outcomes if o.attempt is not None]
-    calls = [o.attempt for o in outcomes if o.attempt is not None]
+    """The finalize's attempt_* arrays (text literals, as the other columns), beside its
+    others: NULL where no provider call was made (or the ledger is off)."""
+    calls = [o.attempt for o in outcomes]
     return {
-        "attempt_ids": uuid_array(ids),
-        "attempt_numbers": "{" + ",".join([str(a.number) for a in calls]) + "}",
-        "attempt_workspaces": uuid_array(a.workspace_id for a in calls),
-        "attempt_started": "{" + ",".join([repr(a.started) for a in calls]) + "}",
-        "attempt_finished": "{" + ",".join([repr(a.finished) for a in calls]) + "}",
-        "attempt_outcomes": text_array(a.outcome for a in calls),
-        "attempt_codes": text_array(_bounded(a.code, 100) for a in calls),
-        "attempt_message_ids": text_array(_bounded(a.message_id, MAX_MESSAGE_ID) for a in calls),
-        "attempt_excerpts": text_array(_bounded(a.excerpt, MAX_EXCERPT) for a in calls),
+        "attempt_numbers": "{"
+        + ",".join(["NULL" if a is None else str(a.number) for a in calls])
+        + "}",
+        "attempt_outcomes": text_array(None if a is None else a.outcome for a in calls),
+        "attempt_started": "{"
+        + ",".join(["NULL" if a is None else repr(a.started) for a in calls])
+        + "}",
+        "attempt_latencies": "{"
+        + ",".join(
+            ["NULL" if a is None else str(round((a.finished - a.started) * 1000)) for a in calls]
+        )
+        + "}",
+        "attempt_codes": text_array(None if a is None else _bounded(a.code, 100) for a in calls),
+        "attempt_excerpts": text_array(
+            None if a is None else _bounded(a.excerpt, MAX_EXCERPT) for a in calls
+        ),
     }
 
 

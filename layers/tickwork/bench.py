@@ -289,18 +289,19 @@ def run_floor(
                 }).fetchall()  # fmt: skip
                 n = len(claimed)
                 ids = [row[0] for row in claimed]
-                m = n if ledger else 0  # the ledger's entries: one per call
                 now = time.time()
+                calls = n if ledger else 0  # the ledger's entries: one per call
+                nulls = ["NULL"] * (n - calls)
                 conn.execute(finalize, {
                     "ids": ids, "statuses": ["published"] * n,
                     "provider_ids": [None] * n, "error_codes": [None] * n,
                     "last_errors": [None] * n, "next_attempt_ats": [None] * n,
                     "attempt_deltas": [0] * n,
-                    "attempt_ids": ids[:m], "attempt_numbers": [1] * m,
-                    "attempt_workspaces": [workspace] * m, "attempt_started": [now] * m,
-                    "attempt_finished": [now] * m, "attempt_outcomes": ["delivered"] * m,
-                    "attempt_codes": [None] * m, "attempt_message_ids": [None] * m,
-                    "attempt_excerpts": [None] * m,
+                    "attempt_numbers": "{" + ",".join(["1"] * calls + nulls) + "}",
+                    "attempt_outcomes": "{" + ",".join(["delivered"] * calls + nulls) + "}",
+                    "attempt_started": "{" + ",".join([repr(now)] * calls + nulls) + "}",
+                    "attempt_latencies": "{" + ",".join(["1"] * calls + nulls) + "}",
+                    "attempt_codes": [None] * n, "attempt_excerpts": [None] * n,
                 }).fetchall()  # fmt: skip
         finished.append(time.time())
 

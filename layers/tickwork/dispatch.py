@@ -202,25 +202,18 @@ class _Completed:
     called: bool = False  # the provider's send was invoked (a ledger attempt)
 
 
-def attempt_of(action: Action, outcome: Outcome, started: float, finished: float) -> Attempt | None:
+def attempt_of(outcome: Outcome, number: int, started: float, finished: float) -> Attempt | None:
     """The ledger's record of one provider call; None when nothing left (NotSent)."""
+    if isinstance(outcome, Delivered):
+        return Attempt(number, started, finished, "delivered")
     if isinstance(outcome, NotSent):
         return None
-    if isinstance(outcome, Delivered):
-        return Attempt(
-            action.workspace_id, action.attempt_count, started, finished, "delivered",
-            message_id=outcome.provider_id,
-        )  # fmt: skip
     # Providers put tenant-safe text in their messages; cleaned again, bounded, to be sure.
     excerpt = sanitize(outcome.message)
     if isinstance(outcome, Rejected):
-        return Attempt(
-            action.workspace_id, action.attempt_count, started, finished, "rejected",
-            code=outcome.code, excerpt=excerpt,
-        )  # fmt: skip
+        return Attempt(number, started, finished, "rejected", outcome.code, excerpt)
     kind: AttemptOutcome = "ambiguous" if isinstance(outcome, Ambiguous) else "transient"
-    return Attempt(action.workspace_id, action.attempt_count, started, finished, kind,
-                   excerpt=excerpt)  # fmt: skip
+    return Attempt(number, started, finished, kind, excerpt=excerpt)
 
 
 class _Wave:
@@ -561,7 +554,7 @@ class Dispatcher:
             )
             if ledger and completed.called:
                 call = attempt_of(
-                    completed.action, completed.outcome, completed.called_at,
+                    completed.outcome, completed.action.attempt_count, completed.called_at,
                     completed.finished_at,
                 )  # fmt: skip
                 if call is not None:
@@ -641,7 +634,7 @@ class Dispatcher:
                     fallback = actions.published(finalization.action_id, None)
                 if finalization.attempt is not None:
                     # The call is still recorded, without the text the database refused.
-                    bare = replace(finalization.attempt, code=None, message_id=None, excerpt=None)
+                    bare = replace(finalization.attempt, code=None, excerpt=None)
                     fallback = replace(fallback, attempt=bare)
                 try:
                     actions.finalize(conn, [fallback])

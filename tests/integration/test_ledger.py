@@ -132,7 +132,7 @@ def test_a_zombie_is_recorded_stuck_and_a_late_outcome_replaces_it(conn, workspa
     assert entry["started_at"] == row(conn, action_id)["submitted_at"]
     # And the outcome turns up later (kept by the process that could not write it)
     late = time.time()
-    call = Attempt(workspace, claimed.attempt_count, late - 1, late, "delivered", message_id="p-7")
+    call = Attempt(claimed.attempt_count, late - 1, late, "delivered")
     applied = actions.finalize(conn, [replace(actions.published(action_id, "p-7"), attempt=call)])
     # Then the row is left failed/stuck (it is no longer submitted) but the ledger says what
     # the provider answered, for the resolver and a person to see

@@ -72,7 +72,7 @@ def test_the_due_query_takes_only_the_due_rows(conn, big_table):
     assert len(due) == 100
 
 
-def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table, workspace):
+def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
     # Given a burst in flight: many rows already submitted by other dispatchers
     conn.execute(
         "update scheduled_actions set status = 'submitted', submitted_at = now(),"
@@ -98,7 +98,7 @@ def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table, 
          "error_codes": [None] * n, "last_errors": [None] * n,
          "next_attempt_ats": [None] * n, "attempt_deltas": [0] * n}
         | attempt_columns([
-            Finalization(i, "published", attempt=Attempt(workspace, 1, 0.0, 0.1, "delivered"))
+            Finalization(i, "published", "p", attempt=Attempt(1, 0.0, 0.1, "delivered"))
             for i in ids
         ]),
     )  # fmt: skip

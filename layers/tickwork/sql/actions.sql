@@ -80,12 +80,14 @@ returning *
 -- name: finalize_actions
 -- submitted -> published | failed | queued, for a batch of outcomes, in one statement.
 -- attempt_delta is -1 when a claim is reverted before the provider was reached.
--- The ledger (action_attempts) gets one entry per provider call (the attempt_* arrays; none
--- for a claim reverted unsent), in the same statement: `attempts` for rows this update
--- finalized (a plain insert: nothing else writes an attempt of a submitted row), and
--- `late_attempts` for an outcome whose row moved on, e.g. recovered as `stuck` while its
--- dispatcher could not write: it replaces that attempt's `stuck` entry, so the resolver
--- knows what the provider said; a repeated write changes nothing.
+-- The ledger (action_attempts) gets one entry per provider call, in the same statement:
+-- the attempt_* arrays run beside the others (NULL where no call was made: a claim
+-- reverted unsent, or the ledger off); a delivery's message id is its provider_id.
+-- `attempts` writes the calls of rows this update finalized (a plain insert: nothing else
+-- writes an attempt of a submitted row); `late_attempts` an outcome whose row moved on,
+-- e.g. recovered as `stuck` while its dispatcher could not write: it replaces that
+-- attempt's `stuck` entry, so the resolver knows what the provider said; a repeated write
+-- changes nothing.
 with finalized as (
     update scheduled_actions a
     set status = f.status,
@@ -104,18 +106,19 @@ with finalized as (
     where a.id = f.id
       and a.status = 'submitted'
       and f.status in ('published', 'failed', 'queued')
-    returning a.id, a.status
+    returning a.id, a.status, a.workspace_id
 ), calls as (
-    select l.id, l.attempt, l.workspace_id, to_timestamp(l.started) as started_at,
-           to_timestamp(l.finished) as finished_at,
-           round((l.finished - l.started) * 1000)::int as latency_ms, l.outcome, l.code,
-           l.message_id, l.excerpt, exists (select 1 from finalized r where r.id = l.id) as live
+    select l.id, l.attempt, to_timestamp(l.started) as started_at,
+           to_timestamp(l.started + l.latency_ms / 1000.0) as finished_at, l.latency_ms,
+           l.outcome, l.code, case when l.outcome = 'delivered' then l.provider_id end as message_id,
+           l.excerpt, r.workspace_id
     from unnest(
-        %(attempt_ids)s::uuid[], %(attempt_numbers)s::int[], %(attempt_workspaces)s::uuid[],
-        %(attempt_started)s::float8[], %(attempt_finished)s::float8[],
-        %(attempt_outcomes)s::text[], %(attempt_codes)s::text[],
-        %(attempt_message_ids)s::text[], %(attempt_excerpts)s::text[]
-    ) as l(id, attempt, workspace_id, started, finished, outcome, code, message_id, excerpt)
+        %(ids)s::uuid[], %(provider_ids)s::text[], %(attempt_numbers)s::int[],
+        %(attempt_outcomes)s::text[], %(attempt_started)s::float8[],
+        %(attempt_latencies)s::int[], %(attempt_codes)s::text[], %(attempt_excerpts)s::text[]
+    ) as l(id, provider_id, attempt, outcome, started, latency_ms, code, excerpt)
+    left join finalized r on r.id = l.id
+    where l.outcome is not null
 ), attempts as (
     insert into action_attempts (
         action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,
@@ -123,15 +126,16 @@ with finalized as (
     )
     select id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome, code,
            message_id, excerpt
-    from calls where live
+    from calls where workspace_id is not null
 ), late_attempts as (
     insert into action_attempts as t (
         action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,
         provider_code, provider_message_id, excerpt
     )
-    select id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome, code,
-           message_id, excerpt
-    from calls where not live
+    select c.id, c.attempt, a.workspace_id, c.started_at, c.finished_at, c.latency_ms,
+           c.outcome, c.code, c.message_id, c.excerpt
+    from calls c join scheduled_actions a on a.id = c.id
+    where c.workspace_id is null
     on conflict (action_id, attempt) do update
     set finished_at = excluded.finished_at, latency_ms = excluded.latency_ms,
         outcome = excluded.outcome, provider_code = excluded.provider_code,
