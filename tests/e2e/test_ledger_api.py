@@ -63,7 +63,8 @@ def test_members_see_an_actions_attempts_and_other_workspaces_do_not(api, databa
     assert (attempt["attempt"], attempt["outcome"], attempt["provider_message_id"]) == (
         1, "delivered", "r-1",
     )  # fmt: skip
-    assert 150 <= attempt["latency_ms"] <= 250
+    assert attempt["latency_ms"] >= 0
+    assert attempt["finished_at"] >= attempt["started_at"]
     assert attempt["resolution"] is None
     assert error_of(api.outsider.http.get(f"/v1/actions/{action_id}"), 404)
 

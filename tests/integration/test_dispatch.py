@@ -249,13 +249,13 @@ def test_exactly_once_under_contention(database_url, conn, workspace, runtime, n
     assert statuses(conn) == {"published": 2000}
     # And the ledger matches the provider's own log of calls exactly: one entry per call,
     # per action, delivered under the id the row has
-    entries = conn.execute(
-        "select l.action_id, l.attempt, l.outcome, l.provider_message_id, a.provider_id"
-        " from action_attempts l join scheduled_actions a on a.id = l.action_id"
-    ).fetchall()
-    assert Counter(e[0] for e in entries) == deliveries
-    assert {(e[1], e[2]) for e in entries} == {(1, "delivered")}
-    assert all(e[3] == e[4] == f"log-{e[0]}" for e in entries)
+    from tickwork.ledger.attempts import attempts_by_action
+
+    ledger = attempts_by_action(conn, workspace, ids)
+    assert Counter({i: len(entries) for i, entries in ledger.items()}) == deliveries
+    entries = [e for found in ledger.values() for e in found]
+    assert {(e.attempt, e.outcome) for e in entries} == {(1, "delivered")}
+    assert {e.provider_message_id for e in entries} == {f"log-{i}" for i in ids}
 
 
 # ---------------------------------------------------------------- webhook provider

@@ -5,9 +5,8 @@ nothing secret in it; nothing when no call was made."""
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -21,12 +20,20 @@ from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_we
 from tickwork import actions
 from tickwork.actions import Attempt
 from tickwork.dispatch import Dispatcher
+from tickwork.ledger.attempts import attempts_by_action
 from tickwork.providers.webhook import WebhookProvider
 from tickwork.queues.port import OutgoingMessage
 from tickwork.tick import recover_stuck, run_tick
 
 
+def calls(conn: Any, workspace: UUID, ids: list[UUID]) -> dict[UUID, list[dict[str, Any]]]:
+    """What the ledger says of these actions (its entries and the rows' own records)."""
+    found = attempts_by_action(conn, workspace, ids)
+    return {i: [asdict(a) for a in found.get(i, [])] for i in ids}
+
+
 def ledger(conn: Any, action_id: UUID | None = None) -> list[dict[str, Any]]:
+    """The ledger table's own entries."""
     with conn.cursor(row_factory=dict_row) as cur:
         if action_id is None:
             return cur.execute(
@@ -79,13 +86,14 @@ def test_every_call_is_one_entry_matching_the_receivers_log(conn, workspace, run
     settle(conn, runtime, [action_id])
     # Then the ledger has one entry per request the receiver logged, in order, with the class
     # of each outcome and the provider's id for the delivery
-    entries = ledger(conn, action_id)
+    entries = calls(conn, workspace, [action_id])[action_id]
     assert len(entries) == len(hook.requests) == 3
     assert [e["attempt"] for e in entries] == [1, 2, 3]
     assert [e["outcome"] for e in entries] == ["transient", "ambiguous", "delivered"]
     assert "HTTP 503" in entries[0]["excerpt"]
     assert entries[2]["provider_message_id"] == row(conn, action_id)["provider_id"] == "r-9"
-    assert all(e["workspace_id"] == workspace for e in entries)
+    # The calls that did not publish it are the table's; the one that did, the row's own
+    assert [e["outcome"] for e in ledger(conn, action_id)] == ["transient", "ambiguous"]
     # The attempt left when the receiver saw it, and its latency is the call's duration
     for entry, request in zip(entries, hook.requests, strict=True):
         assert entry["started_at"].timestamp() <= request.arrived_at + 0.05
@@ -147,23 +155,41 @@ def test_a_zombie_is_recorded_stuck_and_a_late_outcome_replaces_it(conn, workspa
     assert recover_stuck(conn, runtime.settings) == 0
 
 
-def test_the_ledger_switched_off_records_nothing(conn, workspace, runtime, now):
-    ids = seed(conn, workspace, 5, now - timedelta(seconds=1))
+def test_the_ledger_switched_off_records_nothing(conn, workspace, runtime, hook, now):
+    ids = webhook_rows(conn, workspace, now, 2)
+    hook.then(Reply(400, body="no"), Reply(400, body="no"))
     runtime.settings = runtime.settings.model_copy(update={"attempts_ledger": False})
-    run_tick(conn, runtime.queues, runtime.settings)
-    assert drain(runtime).published == 5
+    settle(conn, runtime, ids)
+    assert len(hook.requests) == 2
+    assert {row(conn, i)["error_code"] for i in ids} == {"provider_rejected"}
     assert ledger(conn) == []
-    assert {row(conn, i)["status"] for i in ids} == {"published"}
 
 
 def test_a_wave_records_each_of_its_calls_once(conn, workspace, runtime, now):
     ids = seed(conn, workspace, 300, now - timedelta(seconds=1))
     run_tick(conn, runtime.queues, runtime.settings)
     assert drain(runtime, batch_size=100).published == 300
-    entries = ledger(conn)
-    assert Counter(e["action_id"] for e in entries) == Counter(ids)
+    found = calls(conn, workspace, ids)
+    assert {i: len(e) for i, e in found.items()} == dict.fromkeys(ids, 1)
+    entries = [e for i in ids for e in found[i]]
     assert {(e["attempt"], e["outcome"]) for e in entries} == {(1, "delivered")}
-    assert {e["provider_message_id"] for e in entries} == {f"log-{i}" for i in ids}
+    assert [e["provider_message_id"] for e in entries] == [f"log-{i}" for i in ids]
+    assert all(e["started_at"] <= e["finished_at"] for e in entries)
+    # Delivered at once, each row is its own call's record: the hot path wrote no entry
+    assert ledger(conn) == []
+
+
+def failed_calls(conn, workspace, count: int, now) -> list[UUID]:
+    """Rows claimed and refused, their calls in the ledger table (as the dispatcher does)."""
+    ids = seed(conn, workspace, count, now - timedelta(seconds=1))
+    claimed = actions.claim(conn, "log", ids)
+    t = time.time()
+    actions.finalize(conn, [
+        replace(actions.failed(a.id, "provider_rejected", "no"),
+                attempt=Attempt(a.attempt_count, t - 0.1, t, "rejected", "provider_rejected"))
+        for a in claimed
+    ])  # fmt: skip
+    return ids
 
 
 def test_the_api_login_sees_only_its_workspaces_entries(conn, workspace, runtime, now):
@@ -171,10 +197,9 @@ def test_the_api_login_sees_only_its_workspaces_entries(conn, workspace, runtime
     from tickwork.tenancy import tenant_transaction
 
     other = make_workspace(conn, "Other")
-    mine = seed(conn, workspace, 2, now - timedelta(seconds=1))
-    seed(conn, other, 3, now - timedelta(seconds=1))
-    run_tick(conn, runtime.queues, runtime.settings)
-    assert drain(runtime).published == 5
+    mine = failed_calls(conn, workspace, 2, now)
+    failed_calls(conn, other, 3, now)
+    assert len(ledger(conn)) == 5
     api = runtime.api_database().connection()
     with tenant_transaction(api, workspace):
         seen = api.execute("select action_id, workspace_id from action_attempts").fetchall()
@@ -193,10 +218,8 @@ def test_entries_go_with_their_action_and_its_workspace(conn, workspace, runtime
     from tests.conftest import make_workspace
 
     other = make_workspace(conn, "Other")
-    ids = seed(conn, workspace, 2, now - timedelta(seconds=1))
-    kept = seed(conn, other, 1, now - timedelta(seconds=1))
-    run_tick(conn, runtime.queues, runtime.settings)
-    assert drain(runtime).published == 3
+    ids = failed_calls(conn, workspace, 2, now)
+    kept = failed_calls(conn, other, 1, now)
     conn.execute("delete from scheduled_actions where id = %s", (ids[0],))
     assert {e["action_id"] for e in ledger(conn)} == {ids[1], kept[0]}
     conn.execute("delete from workspaces where id = %s", (workspace,))

@@ -80,14 +80,16 @@ returning *
 -- name: finalize_actions
 -- submitted -> published | failed | queued, for a batch of outcomes, in one statement.
 -- attempt_delta is -1 when a claim is reverted before the provider was reached.
--- The ledger (action_attempts) gets one entry per provider call, in the same statement:
--- the attempt_* arrays run beside the others (NULL where no call was made: a claim
--- reverted unsent, or the ledger off); a delivery's message id is its provider_id.
--- `attempts` writes the calls of rows this update finalized (a plain insert: nothing else
--- writes an attempt of a submitted row); `late_attempts` an outcome whose row moved on,
--- e.g. recovered as `stuck` while its dispatcher could not write: it replaces that
--- attempt's `stuck` entry, so the resolver knows what the provider said; a repeated write
--- changes nothing.
+-- The ledger gets the provider calls in the same statement: the attempt_* arrays run
+-- beside the others (NULL where no call was made: a claim reverted unsent, or the ledger
+-- off); a delivery's message id is its provider_id. A call that published its row is
+-- recorded by the row itself (attempt_count, submitted_at, finished_at, provider_id: see
+-- attempts_of_action), so the common case writes nothing more. `attempts` inserts every
+-- other call of a row this update finalized (a plain insert: nothing else writes an
+-- attempt of a submitted row); `late_attempts` an outcome whose row moved on, e.g.
+-- recovered as `stuck` while its dispatcher could not write: it replaces that attempt's
+-- `stuck` entry, so the resolver knows what the provider said; a repeated write changes
+-- nothing.
 with finalized as (
     update scheduled_actions a
     set status = f.status,
@@ -106,12 +108,13 @@ with finalized as (
     where a.id = f.id
       and a.status = 'submitted'
       and f.status in ('published', 'failed', 'queued')
-    returning a.id, a.status, a.workspace_id
+    returning a.id, a.status, a.workspace_id, a.attempt_count
 ), calls as (
     select l.id, l.attempt, to_timestamp(l.started) as started_at,
            to_timestamp(l.started + l.latency_ms / 1000.0) as finished_at, l.latency_ms,
            l.outcome, l.code, case when l.outcome = 'delivered' then l.provider_id end as message_id,
-           l.excerpt, r.workspace_id
+           l.excerpt, r.workspace_id,
+           r.status = 'published' and l.attempt = r.attempt_count as publishing
     from unnest(
         %(ids)s::uuid[], %(provider_ids)s::text[], %(attempt_numbers)s::int[],
         %(attempt_outcomes)s::text[], %(attempt_started)s::float8[],
@@ -126,7 +129,7 @@ with finalized as (
     )
     select id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome, code,
            message_id, excerpt
-    from calls where workspace_id is not null
+    from calls where workspace_id is not null and not publishing
 ), late_attempts as (
     insert into action_attempts as t (
         action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,

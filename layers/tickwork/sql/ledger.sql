@@ -3,12 +3,27 @@
 -- Every resolver transition names the state it expects: the row failed with the code the
 -- resolver read, at the attempt it read; a row changed since is left as it is.
 
--- name: attempts_of_action
-select attempt, started_at, finished_at, latency_ms, outcome, provider_code,
+-- name: attempts_of_actions
+-- Actions' provider calls: its entries, and the call that published it, which the row
+-- itself records (the finalize writes no entry for it): attempt_count, claimed at
+-- submitted_at, outcome written at finished_at, the provider's id. Its latency is claim to
+-- outcome written (it includes the wave's wait, a few milliseconds). A row published by
+-- the resolver has its attempt's entry (with its resolution) instead.
+select action_id, attempt, started_at, finished_at, latency_ms, outcome, provider_code,
        provider_message_id, excerpt, resolution, resolved_at, resolution_detail
 from action_attempts
-where action_id = %(action_id)s and workspace_id = %(workspace_id)s
-order by attempt
+where action_id = any(%(action_ids)s::uuid[]) and workspace_id = %(workspace_id)s
+union all
+select a.id, a.attempt_count, a.submitted_at, a.finished_at,
+       round(extract(epoch from a.finished_at - a.submitted_at) * 1000)::int, 'delivered',
+       null, a.provider_id, null, null, null, null
+from scheduled_actions a
+where a.id = any(%(action_ids)s::uuid[]) and a.workspace_id = %(workspace_id)s
+  and a.status = 'published' and a.submitted_at is not null and a.attempt_count > 0
+  and not exists (
+      select 1 from action_attempts t
+      where t.action_id = a.id and t.attempt = a.attempt_count)
+order by action_id, attempt
 
 -- name: unresolved_actions
 -- A page of the resolver's work: rows failed ambiguous or stuck whose provider can still
