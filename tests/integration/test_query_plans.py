@@ -125,3 +125,24 @@ def test_the_calendar_page_walks_the_calendar_index(conn, big_table, workspace):
     )  # fmt: skip
     assert index_scans(plan) == {"ix_scheduled_actions_calendar"}, json.dumps(plan, indent=1)
     assert "scheduled_actions" not in seq_scans(plan)
+
+
+def test_the_resolvers_candidates_come_from_their_partial_index(conn, big_table):
+    from datetime import UTC, datetime
+    from uuid import UUID
+
+    conn.execute(
+        "update scheduled_actions set status = 'failed', error_code = 'ambiguous',"
+        " attempt_count = 1, submitted_at = now(), finished_at = now()"
+        " where id in (select id from scheduled_actions limit 5)"
+    )
+    conn.execute("analyze scheduled_actions")
+    plan = plan_of(
+        conn,
+        query("unresolved_actions"),
+        {"action_types": ["webhook"], "retention_seconds": [604800.0],
+         "after_at": datetime(1970, 1, 1, tzinfo=UTC), "after_id": UUID(int=0),
+         "recheck_seconds": 300, "limit": 100},
+    )  # fmt: skip
+    assert "ix_scheduled_actions_unresolved" in index_scans(plan), json.dumps(plan, indent=1)
+    assert "scheduled_actions" not in seq_scans(plan)
