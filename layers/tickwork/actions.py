@@ -515,9 +515,8 @@ AttemptOutcome = Literal["delivered", "rejected", "transient", "ambiguous", "stu
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One provider call, for the ledger (action_attempts): written with its outcome. The
-    row's workspace and, for a delivery, the message id (its provider_id) come with the
-    finalization."""
+    """A provider call that did not deliver, for the ledger (action_attempts): written with
+    its outcome. A delivery needs none: the row it publishes records it."""
 
     number: int  # the row's attempt_count after its claim
     started: float  # epoch seconds
@@ -572,9 +571,12 @@ def _outcome_text(value: str | None) -> str | None:
     return value.replace("\x00", "")[:MAX_OUTCOME_TEXT]
 
 
-def finalize(conn: Connection, outcomes: Sequence[Finalization]) -> dict[UUID, str]:
+def finalize(
+    conn: Connection, outcomes: Sequence[Finalization], *, ledger: bool = True
+) -> dict[UUID, str]:
     """Apply outcomes to submitted rows in one statement; returns id → new status for the rows
-    that were still submitted (a row recovered as stuck meanwhile is left as it is)."""
+    that were still submitted (a row recovered as stuck meanwhile is left as it is). The
+    calls go to the ledger (`ledger`: also a delivery written late)."""
     if not outcomes:
         return {}
     columns = {
@@ -586,7 +588,7 @@ def finalize(conn: Connection, outcomes: Sequence[Finalization]) -> dict[UUID, s
         "next_attempt_ats": [o.next_attempt_at for o in outcomes],
         "attempt_deltas": "{" + ",".join([str(o.attempt_delta) for o in outcomes]) + "}",
     }
-    columns |= attempt_columns(outcomes)
+    columns |= attempt_columns(outcomes, ledger)
     rows = conn.execute(_FINALIZE, columns).fetchall()
     return {row[0]: row[1] for row in rows}
 
@@ -595,27 +597,21 @@ def finalize(conn: Connection, outcomes: Sequence[Finalization]) -> dict[UUID, s
 MAX_EXCERPT = 300
 
 
-def attempt_columns(outcomes: Sequence[Finalization]) -> dict[str, str]:
-    """The finalize's attempt_* arrays (text literals, as the other columns), beside its
-    others: NULL where no provider call was made (or the ledger is off)."""
-    calls = [o.attempt for o in outcomes]
+def attempt_columns(outcomes: Sequence[Finalization], ledger: bool = True) -> dict[str, Any]:
+    """The finalize's ledger parameters (text literals, as the other columns): the calls
+    that did not deliver; none for a wave that delivered (its rows record their calls)."""
+    calls = [(o.action_id, o.attempt) for o in outcomes if o.attempt is not None]
     return {
-        "attempt_numbers": "{"
-        + ",".join(["NULL" if a is None else str(a.number) for a in calls])
-        + "}",
-        "attempt_outcomes": text_array(None if a is None else a.outcome for a in calls),
-        "attempt_started": "{"
-        + ",".join(["NULL" if a is None else repr(a.started) for a in calls])
-        + "}",
+        "ledger": ledger,
+        "attempt_ids": uuid_array(i for i, _ in calls),
+        "attempt_numbers": "{" + ",".join([str(a.number) for _, a in calls]) + "}",
+        "attempt_outcomes": text_array(a.outcome for _, a in calls),
+        "attempt_started": "{" + ",".join([repr(a.started) for _, a in calls]) + "}",
         "attempt_latencies": "{"
-        + ",".join(
-            ["NULL" if a is None else str(round((a.finished - a.started) * 1000)) for a in calls]
-        )
+        + ",".join([str(round((a.finished - a.started) * 1000)) for _, a in calls])
         + "}",
-        "attempt_codes": text_array(None if a is None else _bounded(a.code, 100) for a in calls),
-        "attempt_excerpts": text_array(
-            None if a is None else _bounded(a.excerpt, MAX_EXCERPT) for a in calls
-        ),
+        "attempt_codes": text_array(_bounded(a.code, 100) for _, a in calls),
+        "attempt_excerpts": text_array(_bounded(a.excerpt, MAX_EXCERPT) for _, a in calls),
     }
 
 

@@ -104,9 +104,9 @@ def measured(stages: Stages) -> Iterator[None]:
         stages.add("claim", time.perf_counter() - started, len(result))
         return result
 
-    def timed_finalize(conn: Connection, outcomes: Sequence[Any]) -> Any:
+    def timed_finalize(conn: Connection, outcomes: Sequence[Any], **options: Any) -> Any:
         started = time.perf_counter()
-        result = finalize(conn, outcomes)
+        result = finalize(conn, outcomes, **options)
         stages.add("finalize", time.perf_counter() - started, len(outcomes))
         return result
 
@@ -289,20 +289,12 @@ def run_floor(
                 }).fetchall()  # fmt: skip
                 n = len(claimed)
                 ids = [row[0] for row in claimed]
-                now = time.time()
-                calls = n if ledger else 0  # the ledger's entries: one per call
-                nulls = ["NULL"] * (n - calls)
                 conn.execute(finalize, {
                     "ids": ids, "statuses": ["published"] * n,
                     "provider_ids": [None] * n, "error_codes": [None] * n,
                     "last_errors": [None] * n, "next_attempt_ats": [None] * n,
                     "attempt_deltas": [0] * n,
-                    "attempt_numbers": "{" + ",".join(["1"] * calls + nulls) + "}",
-                    "attempt_outcomes": "{" + ",".join(["delivered"] * calls + nulls) + "}",
-                    "attempt_started": "{" + ",".join([repr(now)] * calls + nulls) + "}",
-                    "attempt_latencies": "{" + ",".join(["1"] * calls + nulls) + "}",
-                    "attempt_codes": [None] * n, "attempt_excerpts": [None] * n,
-                }).fetchall()  # fmt: skip
+                } | actions.attempt_columns([], ledger)).fetchall()  # fmt: skip
         finished.append(time.time())
 
     threads = [threading.Thread(target=work) for _ in range(workers)]

@@ -203,10 +203,9 @@ class _Completed:
 
 
 def attempt_of(outcome: Outcome, number: int, started: float, finished: float) -> Attempt | None:
-    """The ledger's record of one provider call; None when nothing left (NotSent)."""
-    if isinstance(outcome, Delivered):
-        return Attempt(number, started, finished, "delivered")
-    if isinstance(outcome, NotSent):
+    """The ledger's record of a provider call that did not deliver; None for a delivery
+    (the row it publishes records it) and when nothing left (NotSent)."""
+    if isinstance(outcome, Delivered | NotSent):
         return None
     # Providers put tenant-safe text in their messages; cleaned again, bounded, to be sure.
     excerpt = sanitize(outcome.message)
@@ -552,7 +551,7 @@ class Dispatcher:
                 now,
                 self.rand,
             )
-            if ledger and completed.called:
+            if ledger and completed.called and not isinstance(completed.outcome, Delivered):
                 call = attempt_of(
                     completed.outcome, completed.action.attempt_count, completed.called_at,
                     completed.finished_at,
@@ -605,8 +604,9 @@ class Dispatcher:
         """One statement for the wave; when a row's values make it fail (not the database
         being down), each row alone, so that row cannot take its siblings with it."""
         conn = self.runtime.db.connection()
+        ledger = self.settings.attempts_ledger
         try:
-            actions.finalize(conn, finalizations)
+            actions.finalize(conn, finalizations, ledger=ledger)
             return
         except INFRASTRUCTURE_ERRORS:
             raise
@@ -616,7 +616,7 @@ class Dispatcher:
             logger.exception("finalize of a wave failed; writing its rows one by one")
         for finalization in finalizations:
             try:
-                actions.finalize(conn, [finalization])
+                actions.finalize(conn, [finalization], ledger=ledger)
             except INFRASTRUCTURE_ERRORS:
                 raise
             except psycopg.Error as exc:
@@ -637,7 +637,7 @@ class Dispatcher:
                     bare = replace(finalization.attempt, code=None, excerpt=None)
                     fallback = replace(fallback, attempt=bare)
                 try:
-                    actions.finalize(conn, [fallback])
+                    actions.finalize(conn, [fallback], ledger=ledger)
                 except INFRASTRUCTURE_ERRORS:
                     raise
                 except psycopg.Error:

@@ -46,13 +46,13 @@ def claimed_and_finished(api: Api, database_url: str, outcome: str) -> str:
     with connect(database_url) as conn:
         [claimed] = actions.claim(conn, "webhook", [created["id"]], early_tolerance=7200)
         now = time.time()
-        call = Attempt(1, now - 0.2, now, outcome)  # type: ignore[arg-type]
-        if outcome == "delivered":
+        if outcome == "delivered":  # the row it publishes records the call
             done = actions.published(claimed.id, "r-1")
         else:
             done = actions.failed(claimed.id, "ambiguous", "read timeout from the endpoint")
-            call = replace(call, excerpt="read timeout from the endpoint")
-        actions.finalize(conn, [replace(done, attempt=call)])
+            call = Attempt(1, now - 0.2, now, "ambiguous", excerpt="read timeout from the endpoint")
+            done = replace(done, attempt=call)
+        actions.finalize(conn, [done])
     return str(created["id"])
 
 

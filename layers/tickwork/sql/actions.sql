@@ -80,16 +80,15 @@ returning *
 -- name: finalize_actions
 -- submitted -> published | failed | queued, for a batch of outcomes, in one statement.
 -- attempt_delta is -1 when a claim is reverted before the provider was reached.
--- The ledger gets the provider calls in the same statement: the attempt_* arrays run
--- beside the others (NULL where no call was made: a claim reverted unsent, or the ledger
--- off); a delivery's message id is its provider_id. A call that published its row is
--- recorded by the row itself (attempt_count, submitted_at, finished_at, provider_id: see
--- attempts_of_action), so the common case writes nothing more. `attempts` inserts every
--- other call of a row this update finalized (a plain insert: nothing else writes an
--- attempt of a submitted row); `late_attempts` an outcome whose row moved on, e.g.
--- recovered as `stuck` while its dispatcher could not write: it replaces that attempt's
--- `stuck` entry, so the resolver knows what the provider said; a repeated write changes
--- nothing.
+-- The ledger gets the provider calls in the same statement. A call that published its row
+-- is recorded by the row itself (attempt_count, submitted_at, finished_at, provider_id: see
+-- attempts_of_actions), so the common case sends and writes nothing more. The attempt_*
+-- arrays carry the other calls (refused, transient, ambiguous): `attempts` inserts those of
+-- rows this update finalized (a plain insert: nothing else writes an attempt of a
+-- submitted row). `late_attempts` records an outcome whose row moved on, e.g. recovered as
+-- `stuck` while its dispatcher could not write (for a delivery, the arrays above tell,
+-- when `ledger`): it replaces that attempt's `stuck` entry, so the resolver knows what the
+-- provider said; a repeated write changes nothing.
 with finalized as (
     update scheduled_actions a
     set status = f.status,
@@ -108,37 +107,43 @@ with finalized as (
     where a.id = f.id
       and a.status = 'submitted'
       and f.status in ('published', 'failed', 'queued')
-    returning a.id, a.status, a.workspace_id, a.attempt_count
+    returning a.id, a.status, a.workspace_id
 ), calls as (
     select l.id, l.attempt, to_timestamp(l.started) as started_at,
            to_timestamp(l.started + l.latency_ms / 1000.0) as finished_at, l.latency_ms,
-           l.outcome, l.code, case when l.outcome = 'delivered' then l.provider_id end as message_id,
-           l.excerpt, r.workspace_id,
-           r.status = 'published' and l.attempt = r.attempt_count as publishing
+           l.outcome, l.code, l.excerpt, r.workspace_id
     from unnest(
-        %(ids)s::uuid[], %(provider_ids)s::text[], %(attempt_numbers)s::int[],
-        %(attempt_outcomes)s::text[], %(attempt_started)s::float8[],
-        %(attempt_latencies)s::int[], %(attempt_codes)s::text[], %(attempt_excerpts)s::text[]
-    ) as l(id, provider_id, attempt, outcome, started, latency_ms, code, excerpt)
+        %(attempt_ids)s::uuid[], %(attempt_numbers)s::int[], %(attempt_outcomes)s::text[],
+        %(attempt_started)s::float8[], %(attempt_latencies)s::int[],
+        %(attempt_codes)s::text[], %(attempt_excerpts)s::text[]
+    ) as l(id, attempt, outcome, started, latency_ms, code, excerpt)
     left join finalized r on r.id = l.id
-    where l.outcome is not null
 ), attempts as (
     insert into action_attempts (
         action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,
-        provider_code, provider_message_id, excerpt
+        provider_code, excerpt
     )
     select id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome, code,
-           message_id, excerpt
-    from calls where workspace_id is not null and not publishing
+           excerpt
+    from calls where workspace_id is not null
 ), late_attempts as (
     insert into action_attempts as t (
         action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,
         provider_code, provider_message_id, excerpt
     )
     select c.id, c.attempt, a.workspace_id, c.started_at, c.finished_at, c.latency_ms,
-           c.outcome, c.code, c.message_id, c.excerpt
+           c.outcome, c.code, null, c.excerpt
     from calls c join scheduled_actions a on a.id = c.id
     where c.workspace_id is null
+    union all
+    select d.id, s.attempt, s.workspace_id, s.started_at, now(), null, 'delivered', null,
+           d.provider_id, null
+    from unnest(%(ids)s::uuid[], %(statuses)s::text[], %(provider_ids)s::text[])
+        as d(id, status, provider_id)
+    join action_attempts s on s.action_id = d.id and s.outcome = 'stuck'
+    where %(ledger)s and d.status = 'published'
+      and not exists (select 1 from finalized r where r.id = d.id)
+      and not exists (select 1 from calls c where c.id = d.id)
     on conflict (action_id, attempt) do update
     set finished_at = excluded.finished_at, latency_ms = excluded.latency_ms,
         outcome = excluded.outcome, provider_code = excluded.provider_code,
