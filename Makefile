@@ -55,8 +55,9 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Options pass through ARGS: make bench ARGS='--ledger-compare 3' (the ledger's cost).
 bench: $(STAMP)
-	$(BIN)/python -m tickwork.bench
+	$(BIN)/python -m tickwork.bench $(ARGS)
 
 # The hot statements at 10k rows and at a large backlog (SCALE_FUTURE future rows and
 # SCALE_TERMINAL finished ones): each should stay within 2x.

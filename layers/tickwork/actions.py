@@ -511,9 +511,25 @@ def text_array(values: Iterable[str | None]) -> str:
     )
 
 
+AttemptOutcome = Literal["delivered", "rejected", "transient", "ambiguous", "stuck"]
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """A provider call that did not deliver, for the ledger (action_attempts): written with
+    its outcome. A delivery needs none: the row it publishes records it."""
+
+    number: int  # the row's attempt_count after its claim
+    started: float  # epoch seconds
+    finished: float
+    outcome: AttemptOutcome
+    code: str | None = None  # the provider's refusal code, if it gave one
+    excerpt: str | None = None  # sanitized: no secrets, no receiver's body
+
+
 @dataclass(frozen=True)
 class Finalization:
-    """Where a submitted row goes next."""
+    """Where a submitted row goes next (and, when the provider was called, the call)."""
 
     action_id: UUID
     status: Literal["published", "failed", "queued"]
@@ -522,6 +538,7 @@ class Finalization:
     last_error: str | None = None
     next_attempt_at: datetime | None = None
     attempt_delta: int = 0
+    attempt: Attempt | None = None
 
 
 def published(action_id: UUID, provider_id: str | None) -> Finalization:
@@ -555,9 +572,12 @@ def _outcome_text(value: str | None) -> str | None:
     return value.replace("\x00", "")[:MAX_OUTCOME_TEXT]
 
 
-def finalize(conn: Connection, outcomes: Sequence[Finalization]) -> dict[UUID, str]:
+def finalize(
+    conn: Connection, outcomes: Sequence[Finalization], *, ledger: bool = True
+) -> dict[UUID, str]:
     """Apply outcomes to submitted rows in one statement; returns id → new status for the rows
-    that were still submitted (a row recovered as stuck meanwhile is left as it is)."""
+    that were still submitted (a row recovered as stuck meanwhile is left as it is). The
+    calls go to the ledger (`ledger`: also a delivery written late)."""
     if not outcomes:
         return {}
     columns = {
@@ -569,5 +589,34 @@ def finalize(conn: Connection, outcomes: Sequence[Finalization]) -> dict[UUID, s
         "next_attempt_ats": [o.next_attempt_at for o in outcomes],
         "attempt_deltas": "{" + ",".join([str(o.attempt_delta) for o in outcomes]) + "}",
     }
+    columns |= attempt_columns(outcomes, ledger)
     rows = conn.execute(_FINALIZE, columns).fetchall()
     return {row[0]: row[1] for row in rows}
+
+
+# The ledger's excerpt is bounded as its CHECK says.
+MAX_EXCERPT = 300
+
+
+def attempt_columns(outcomes: Sequence[Finalization], ledger: bool = True) -> dict[str, Any]:
+    """The finalize's ledger parameters (text literals, as the other columns): the calls
+    that did not deliver; none for a wave that delivered (its rows record their calls)."""
+    calls = [(o.action_id, o.attempt) for o in outcomes if o.attempt is not None]
+    return {
+        "ledger": ledger,
+        "attempt_ids": uuid_array(i for i, _ in calls),
+        "attempt_numbers": "{" + ",".join([str(a.number) for _, a in calls]) + "}",
+        "attempt_outcomes": text_array(a.outcome for _, a in calls),
+        "attempt_started": "{" + ",".join([repr(a.started) for _, a in calls]) + "}",
+        "attempt_latencies": "{"
+        + ",".join([str(round((a.finished - a.started) * 1000)) for _, a in calls])
+        + "}",
+        "attempt_codes": text_array(_bounded(a.code, 100) for _, a in calls),
+        "attempt_excerpts": text_array(_bounded(a.excerpt, MAX_EXCERPT) for _, a in calls),
+    }
+
+
+def _bounded(value: str | None, limit: int) -> str | None:
+    if value is None:
+        return None
+    return value.replace("\x00", "")[:limit]

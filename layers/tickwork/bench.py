@@ -104,9 +104,9 @@ def measured(stages: Stages) -> Iterator[None]:
         stages.add("claim", time.perf_counter() - started, len(result))
         return result
 
-    def timed_finalize(conn: Connection, outcomes: Sequence[Any]) -> Any:
+    def timed_finalize(conn: Connection, outcomes: Sequence[Any], **options: Any) -> Any:
         started = time.perf_counter()
-        result = finalize(conn, outcomes)
+        result = finalize(conn, outcomes, **options)
         stages.add("finalize", time.perf_counter() - started, len(outcomes))
         return result
 
@@ -185,11 +185,12 @@ def insert_rows(conn: Connection, workspace: Any, count: int, start: Any, spread
     conn.execute("vacuum analyze scheduled_actions")
 
 
-def bench_settings() -> Settings:
+def bench_settings(ledger: bool = True) -> Settings:
     return Settings(
         action_types={"log": ActionTypeConfig(provider="log", options={"quiet": True})},
         tick_batch_size=2000,
         tick_budget_seconds=600,
+        attempts_ledger=ledger,
     )
 
 
@@ -200,8 +201,9 @@ def wait_for(deliveries: list[Delivery], count: int, timeout: float) -> None:
 
 
 def run_engine(
-    url: str, count: int, spread: float, workers: int, batch: int, lead: float
-) -> dict[str, Any]:
+    url: str, count: int, spread: float, workers: int, batch: int, lead: float,
+    ledger: bool = True,
+) -> dict[str, Any]:  # fmt: skip
     """`count` rows due `lead` seconds after the runtime starts, spread over `spread`
     seconds, through the local runtime's handlers. With a lead inside the look-ahead the
     tick enqueues them ahead (the design case); with no lead they are already due when the
@@ -209,8 +211,9 @@ def run_engine(
     with connect(url) as conn:
         workspace = reset(conn)
     local = LocalRuntime(
-        url, bench_settings(), tick_interval=3600, batch_size=batch, workers_per_type=workers
-    )
+        url, bench_settings(ledger), tick_interval=3600, batch_size=batch,
+        workers_per_type=workers,
+    )  # fmt: skip
     provider = LogProvider({"quiet": True})
     local.runtime.providers.register("log", provider)
     with connect(url) as conn:
@@ -280,7 +283,9 @@ def report_costs(count: int, result: dict[str, Any]) -> None:
           f" over {result['drain_seconds']:.2f} s of drain")  # fmt: skip
 
 
-def run_floor(url: str, count: int, workers: int, batch: int, tick_batch: int) -> dict[str, Any]:
+def run_floor(
+    url: str, count: int, workers: int, batch: int, tick_batch: int, ledger: bool = True
+) -> dict[str, Any]:
     """The burst's statements with no Python work between them: one connection marks due
     rows as the tick does, `workers` connections claim and finalize them in `batch`es (ids
     kept as the text of a Postgres array, every row published)."""
@@ -304,12 +309,13 @@ def run_floor(url: str, count: int, workers: int, batch: int, tick_batch: int) -
                     "max_lateness": None, "reclaim_after": None,
                 }).fetchall()  # fmt: skip
                 n = len(claimed)
+                ids = [row[0] for row in claimed]
                 conn.execute(finalize, {
-                    "ids": [row[0] for row in claimed], "statuses": ["published"] * n,
+                    "ids": ids, "statuses": ["published"] * n,
                     "provider_ids": [None] * n, "error_codes": [None] * n,
                     "last_errors": [None] * n, "next_attempt_ats": [None] * n,
                     "attempt_deltas": [0] * n,
-                }).fetchall()  # fmt: skip
+                } | actions.attempt_columns([], ledger)).fetchall()  # fmt: skip
         finished.append(time.time())
 
     threads = [threading.Thread(target=work) for _ in range(workers)]
@@ -399,6 +405,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--skip-floor", action="store_true")
     parser.add_argument("--skip-spread", action="store_true")
+    parser.add_argument("--ledger-off", action="store_true",
+                        help="every stage without the delivery ledger's writes")  # fmt: skip
+    parser.add_argument("--ledger-compare", type=int, default=0, metavar="ROUNDS",
+                        help="only the burst (a), ledger on and off alternately, ROUNDS"
+                        " times each: the ledger's cost")  # fmt: skip
     args = parser.parse_args(argv)
     quiet_powertools()
 
@@ -413,21 +424,29 @@ def main(argv: Sequence[str] | None = None) -> int:
           f" load average {load_average()}")  # fmt: skip
 
     n, workers, batch = args.burst, args.workers, args.batch
-    ahead = run_engine(url, n, 0.0, workers, batch, lead=args.lead)
+    if args.ledger_compare:
+        compare_ledger(url, n, workers, batch, args.lead, args.ledger_compare)
+        return finish(admin_url, server)
+    ledger = not args.ledger_off
+    if not ledger:
+        print("the delivery ledger is off (--ledger-off): no action_attempts rows")
+    ahead = run_engine(url, n, 0.0, workers, batch, lead=args.lead, ledger=ledger)
     report_burst(f"(a) burst: {n:,} rows due at the same second, enqueued ahead by the tick",
                  n, ahead, workers, batch)  # fmt: skip
-    late = run_engine(url, n, 0.0, workers, batch, lead=0.0)
+    late = run_engine(url, n, 0.0, workers, batch, lead=0.0, ledger=ledger)
     report_burst(f"(a') burst: {n:,} rows already due when the tick first sees them",
                  n, late, workers, batch)  # fmt: skip
 
     if not args.skip_spread:
-        spread = run_engine(url, args.spread_rows, args.spread_seconds, 2, 10, lead=3.0)
+        spread = run_engine(
+            url, args.spread_rows, args.spread_seconds, 2, 10, lead=3.0, ledger=ledger
+        )
         print(f"\n(b) spread: {args.spread_rows:,} rows due uniformly over"
               f" {args.spread_seconds:g} s (2 workers, batches of 10)")  # fmt: skip
         print(f"    delivered {spread['delivered']:,}; {spread['lags']}")
 
     if not args.skip_floor:
-        floor = run_floor(url, n, workers, batch, bench_settings().tick_batch_size)
+        floor = run_floor(url, n, workers, batch, bench_settings().tick_batch_size, ledger)
         rate = n / floor["drain_seconds"]
         print(f"\n(d) floor: the same statements, no Python work between them ({workers}"
               f" connections claiming and finalizing, batches of {batch})")  # fmt: skip
@@ -447,6 +466,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             lag_ratio = baseline["lags"].p99 / max(result["lags"].p99, 1e-9)
             print(f"    {label} drain {base / result['drain_seconds']:.1f}x faster,"
                   f" p99 lag {lag_ratio:.1f}x lower")  # fmt: skip
+    return finish(admin_url, server)
+
+
+def compare_ledger(url: str, n: int, workers: int, batch: int, lead: float, rounds: int) -> None:
+    """The burst (a) with the ledger on and off, alternately (on, off, on, off, ...) so the
+    machine's drift falls on both; medians, and their ratio."""
+    drains: dict[bool, list[float]] = {True: [], False: []}
+    floors: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(rounds):
+        for ledger in (True, False):
+            result = run_engine(url, n, 0.0, workers, batch, lead=lead, ledger=ledger)
+            assert result["distinct"] == n
+            drains[ledger].append(result["drain_seconds"])
+            pg = result["postgres_cpu"]
+            print(f"    round {i + 1}, ledger {'on ' if ledger else 'off'}:"
+                  f" drain {result['drain_seconds']:.2f} s = {n / result['drain_seconds']:,.0f}"
+                  f" actions/s; finalize {result['stages'].rate('finalize'):,.0f} rows/s;"
+                  f" CPU Python {result['python_cpu']:.1f} s, Postgres"
+                  f" {'?' if pg is None else f'{pg:.1f}'} s; load {load_average()}")  # fmt: skip
+            floor = run_floor(url, n, workers, batch, bench_settings().tick_batch_size, ledger)
+            floors[ledger].append(floor["drain_seconds"])
+            print(f"    round {i + 1}, ledger {'on ' if ledger else 'off'}, floor (SQL only):"
+                  f" {floor['drain_seconds']:.2f} s")  # fmt: skip
+
+    def median(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    for label, runs in (("(a) burst", drains), ("(d) floor", floors)):
+        on, off = median(runs[True]), median(runs[False])
+        print(f"\n{label} of {n:,}, {rounds} rounds each, medians: ledger on {on:.2f} s"
+              f" ({n / on:,.0f} actions/s), off {off:.2f} s ({n / off:,.0f} actions/s);"
+              f" on/off drain time {on / off:.3f}")  # fmt: skip
+
+
+def finish(admin_url: str, server: EmbeddedPostgres | None) -> int:
     print(f"\nload average at the end {load_average()}")
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(

@@ -138,6 +138,16 @@ class Settings(BaseModel):
     reconcile_batch_size: int = Field(default=500, gt=0)
     reconcile_budget_seconds: float = Field(default=40.0, gt=0)
 
+    # The delivery ledger: each provider call is recorded (action_attempts) with its outcome,
+    # in the finalize's own statement. Off only to measure what it costs (make bench).
+    attempts_ledger: bool = True
+    # The resolver: rows failed `ambiguous` or `stuck` are settled with the provider's lookup
+    # (where it has one) every minute; an unresolved one is asked again after the recheck.
+    resolve_enabled: bool = True
+    resolve_batch_size: int = Field(default=100, gt=0)
+    resolve_budget_seconds: float = Field(default=40.0, gt=0)
+    resolve_recheck_seconds: int = Field(default=300, ge=0)
+
     # Recurring schedules. The expander keeps occurrences materialized this far ahead.
     recurring_window_days: int = Field(default=14, ge=1, le=90)
     # Rules that fire more often than this (between two consecutive occurrences) are refused.

@@ -23,7 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 from uuid import UUID
@@ -39,7 +39,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork import actions, connections
-from tickwork.actions import Action, Finalization
+from tickwork.actions import Action, Attempt, AttemptOutcome, Finalization
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.observability import emit, logger, metrics, metrics_enabled
 from tickwork.providers.base import (
@@ -52,6 +52,7 @@ from tickwork.providers.base import (
     Rejected,
     Via,
 )
+from tickwork.providers.http import sanitize
 from tickwork.queues.port import DecodedBody, VisibilityChange, decode_body, retry_visibility
 from tickwork.runtime import Runtime
 from tickwork.tick import enqueue_soon, unmark
@@ -197,6 +198,21 @@ class _Completed:
     action: Action
     outcome: Outcome
     called_at: float
+    finished_at: float = 0.0
+    called: bool = False  # the provider's send was invoked (a ledger attempt)
+
+
+def attempt_of(outcome: Outcome, number: int, started: float, finished: float) -> Attempt | None:
+    """The ledger's record of a provider call that did not deliver; None for a delivery
+    (the row it publishes records it) and when nothing left (NotSent)."""
+    if isinstance(outcome, Delivered | NotSent):
+        return None
+    # Providers put tenant-safe text in their messages; cleaned again, bounded, to be sure.
+    excerpt = sanitize(outcome.message)
+    if isinstance(outcome, Rejected):
+        return Attempt(number, started, finished, "rejected", outcome.code, excerpt)
+    kind: AttemptOutcome = "ambiguous" if isinstance(outcome, Ambiguous) else "transient"
+    return Attempt(number, started, finished, kind, excerpt=excerpt)
 
 
 class _Wave:
@@ -471,6 +487,7 @@ class Dispatcher:
         via: Via | Outcome | None = None,
     ) -> None:
         called_at = time.time()
+        called = False
         outcome: Outcome = NotSent("the call was not made")
         try:
             if deadline is not None and time.monotonic() > deadline:
@@ -479,6 +496,7 @@ class Dispatcher:
             if via is not None and not isinstance(via, Via):
                 outcome = via  # the connection is gone or unreadable: nothing is sent
                 return
+            called = True
             outcome = provider.send(action) if via is None else provider.send(action, via)
         except Exception as exc:
             # A provider bug: we cannot know whether anything left. The exception's text
@@ -486,7 +504,7 @@ class Dispatcher:
             logger.exception("provider raised", extra={"action_id": str(action.id)})
             outcome = Ambiguous(f"provider raised {type(exc).__name__}")
         finally:
-            completions.put(_Completed(action, outcome, called_at))
+            completions.put(_Completed(action, outcome, called_at, time.time(), called))
 
     @staticmethod
     def _collect(
@@ -522,18 +540,29 @@ class Dispatcher:
         again at once. Returns the ids whose outcome could not be written."""
         now = self.clock()
         finalizations = []
+        ledger = self.settings.attempts_ledger
         for completed in done:
             summary.lags.append(completed.called_at - completed.action.due_at.timestamp())
-            finalizations.append(
-                decide_safely(
-                    completed.action,
-                    completed.outcome,
-                    provider.idempotent,
-                    self.settings,
-                    now,
-                    self.rand,
-                )
+            finalization = decide_safely(
+                completed.action,
+                completed.outcome,
+                provider.idempotent,
+                self.settings,
+                now,
+                self.rand,
             )
+            if ledger and completed.called and not isinstance(completed.outcome, Delivered):
+                call = attempt_of(
+                    completed.outcome, completed.action.attempt_count, completed.called_at,
+                    completed.finished_at,
+                )  # fmt: skip
+                if call is not None:
+                    f = finalization  # the constructor, not replace(): hot path, per row
+                    finalization = Finalization(
+                        f.action_id, f.status, f.provider_id, f.error_code, f.last_error,
+                        f.next_attempt_at, f.attempt_delta, call,
+                    )  # fmt: skip
+            finalizations.append(finalization)
         unwritten = self._finalize(finalizations, end)
         written = [f for f in finalizations if f.action_id not in unwritten]
         summary.unwritten += len(unwritten)
@@ -575,8 +604,9 @@ class Dispatcher:
         """One statement for the wave; when a row's values make it fail (not the database
         being down), each row alone, so that row cannot take its siblings with it."""
         conn = self.runtime.db.connection()
+        ledger = self.settings.attempts_ledger
         try:
-            actions.finalize(conn, finalizations)
+            actions.finalize(conn, finalizations, ledger=ledger)
             return
         except INFRASTRUCTURE_ERRORS:
             raise
@@ -586,7 +616,7 @@ class Dispatcher:
             logger.exception("finalize of a wave failed; writing its rows one by one")
         for finalization in finalizations:
             try:
-                actions.finalize(conn, [finalization])
+                actions.finalize(conn, [finalization], ledger=ledger)
             except INFRASTRUCTURE_ERRORS:
                 raise
             except psycopg.Error as exc:
@@ -602,8 +632,12 @@ class Dispatcher:
                 )
                 if finalization.status == "published":
                     fallback = actions.published(finalization.action_id, None)
+                if finalization.attempt is not None:
+                    # The call is still recorded, without the text the database refused.
+                    bare = replace(finalization.attempt, code=None, excerpt=None)
+                    fallback = replace(fallback, attempt=bare)
                 try:
-                    actions.finalize(conn, [fallback])
+                    actions.finalize(conn, [fallback], ledger=ledger)
                 except INFRASTRUCTURE_ERRORS:
                     raise
                 except psycopg.Error:

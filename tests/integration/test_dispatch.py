@@ -248,6 +248,15 @@ def test_exactly_once_under_contention(database_url, conn, workspace, runtime, n
     assert set(deliveries) == set(ids)
     assert max(deliveries.values()) == 1
     assert statuses(conn) == {"published": 2000}
+    # And the ledger matches the provider's own log of calls exactly: one entry per call,
+    # per action, delivered under the id the row has
+    from tickwork.ledger.attempts import attempts_by_action
+
+    ledger = attempts_by_action(conn, workspace, ids)
+    assert Counter({i: len(entries) for i, entries in ledger.items()}) == deliveries
+    entries = [e for found in ledger.values() for e in found]
+    assert {(e.attempt, e.outcome) for e in entries} == {(1, "delivered")}
+    assert {e.provider_message_id for e in entries} == {f"log-{i}" for i in ids}
 
 
 # ---------------------------------------------------------------- webhook provider

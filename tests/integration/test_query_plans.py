@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tickwork.actions import Attempt, Finalization, attempt_columns
 from tickwork.sql import query
 
 
@@ -96,11 +97,17 @@ def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
         query("finalize_actions"),
         {"ids": ids, "statuses": ["published"] * n, "provider_ids": ["p"] * n,
          "error_codes": [None] * n, "last_errors": [None] * n,
-         "next_attempt_ats": [None] * n, "attempt_deltas": [0] * n},
+         "next_attempt_ats": [None] * n, "attempt_deltas": [0] * n}
+        | attempt_columns([
+            Finalization(i, "failed", attempt=Attempt(1, 0.0, 0.1, "rejected", "no"))
+            for i in ids
+        ]),
     )  # fmt: skip
     for plan in (claim, finalize):
-        assert index_scans(plan) == {"scheduled_actions_pkey"}, json.dumps(plan, indent=1)
-        assert "scheduled_actions" not in seq_scans(plan)
+        assert index_scans(plan) - {"action_attempts_pkey"} == {"scheduled_actions_pkey"}, (
+            json.dumps(plan, indent=1)
+        )
+        assert not {"scheduled_actions", "action_attempts"} & seq_scans(plan)
 
 
 def test_zombie_recovery_uses_the_enqueued_index(conn, big_table):
@@ -170,3 +177,24 @@ def test_a_row_claimed_without_its_mark_is_still_found_as_a_zombie(conn, workspa
     recovered = conn.execute(query("recover_stuck"), {"stuck_timeout": 900}).fetchall()
     # Then zombie recovery finds it
     assert [r[0] for r in recovered] == [row[0]]
+
+
+def test_the_resolvers_candidates_come_from_their_partial_index(conn, big_table):
+    from datetime import UTC, datetime
+    from uuid import UUID
+
+    conn.execute(
+        "update scheduled_actions set status = 'failed', error_code = 'ambiguous',"
+        " attempt_count = 1, submitted_at = now(), finished_at = now()"
+        " where id in (select id from scheduled_actions limit 5)"
+    )
+    conn.execute("analyze scheduled_actions")
+    plan = plan_of(
+        conn,
+        query("unresolved_actions"),
+        {"action_types": ["webhook"], "retention_seconds": [604800.0],
+         "after_at": datetime(1970, 1, 1, tzinfo=UTC), "after_id": UUID(int=0),
+         "recheck_seconds": 300, "limit": 100},
+    )  # fmt: skip
+    assert "ix_scheduled_actions_unresolved" in index_scans(plan), json.dumps(plan, indent=1)
+    assert "scheduled_actions" not in seq_scans(plan)

@@ -22,9 +22,21 @@ from tickwork.providers import ProviderRegistry
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP = "Fn::ForEach::PerActionType"
-APPLICATION_FUNCTIONS = {"ApiFunction", "TickFunction", "ReconcilerFunction", "ExpanderFunction"}
-SCHEDULED = {"TickFunction", "ReconcilerFunction", "ExpanderFunction"}
-SENDERS = ["TickFunction", "ApiFunction", "ReconcilerFunction", "ExpanderFunction"]
+APPLICATION_FUNCTIONS = {
+    "ApiFunction",
+    "TickFunction",
+    "ReconcilerFunction",
+    "ExpanderFunction",
+    "ResolverFunction",
+}
+SCHEDULED = {"TickFunction", "ReconcilerFunction", "ExpanderFunction", "ResolverFunction"}
+SENDERS = [
+    "TickFunction",
+    "ApiFunction",
+    "ReconcilerFunction",
+    "ExpanderFunction",
+    "ResolverFunction",
+]
 # What every function's code reads (tickwork.config.Settings, tickwork.observability).
 REQUIRED_ENV = {
     "POWERTOOLS_SERVICE_NAME",
@@ -330,6 +342,7 @@ def test_the_listed_alarms_exist(stack):
         ("Tickwork", "TickElapsed"),
         ("Tickwork", "ReconcileElapsed"),
         ("Tickwork", "ExpanderElapsed"),
+        ("Tickwork", "ResolveElapsed"),
         ("Tickwork", "RecoveredStuck"),
         ("Tickwork", "DispatchLag"),
         ("AWS/RDS", "CPUUtilization"),

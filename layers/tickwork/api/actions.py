@@ -24,8 +24,10 @@ from tickwork.api.models import (
     responses,
 )
 from tickwork.api.scope import RequestScope, scope
-from tickwork.api.sequences_models import ActionDetailOut, ChangeOut
-from tickwork.errors import NotFoundError
+from tickwork.api.sequences_models import ActionDetailOut, AttemptOut, ChangeOut, ResolveOut
+from tickwork.errors import ConflictError, NotFoundError
+from tickwork.ledger.attempts import attempts_of
+from tickwork.ledger.resolver import resolve_one
 from tickwork.wallclock import describe_resolution, instant_of
 
 router = Router()
@@ -160,7 +162,7 @@ def list_actions(
 
 @router.get(
     "/v1/actions/<action_id>",
-    summary="Get one action, with its change log",
+    summary="Get one action, with its change log and its provider calls (the ledger)",
     responses=responses(200, ActionDetailOut, "it"),
 )
 def get_action(action_id: str, workspace: WorkspaceHeader) -> ActionDetailOut:
@@ -169,8 +171,11 @@ def get_action(action_id: str, workspace: WorkspaceHeader) -> ActionDetailOut:
     if found is None:
         raise NotFoundError(f"no action {action_id} in this workspace")
     log = changes.changes_of(request.conn, request.caller.workspace_id, found.id)
+    calls = attempts_of(request.conn, request.caller.workspace_id, found.id)
     return ActionDetailOut(
-        **_out(request, found).model_dump(), changes=[ChangeOut.of(c) for c in log]
+        **_out(request, found).model_dump(),
+        changes=[ChangeOut.of(c) for c in log],
+        attempts=[AttemptOut.of(a) for a in calls],
     )
 
 
@@ -223,3 +228,27 @@ def retry_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
     retried = actions.expect_retried(transition, key)
     request.added([retried.id])
     return _out(request, retried)
+
+
+@router.post(
+    "/v1/actions/<action_id>/resolve",
+    summary="Ask the provider whether a failed ambiguous or stuck action arrived (admins)",
+    responses=responses(200, ResolveOut, "what the provider said and what became of the row"),
+)
+def resolve_action(action_id: str, workspace: WorkspaceHeader) -> ResolveOut:
+    request = scope(router)
+    request.caller.require_admin("resolve an action")
+    key = _action_id(action_id)
+    found = actions.get(request.conn, request.caller.workspace_id, key)
+    if found is None:
+        raise NotFoundError(f"no action {action_id} in this workspace")
+    result = resolve_one(request.conn, request.runtime, found)
+    if isinstance(result, str):
+        raise ConflictError(
+            result, details={"status": found.status, "error_code": found.error_code}
+        )
+    if result.verdict == "requeued":
+        request.hand_over([key])
+    after = actions.get(request.conn, request.caller.workspace_id, key)
+    assert after is not None
+    return ResolveOut(verdict=result.verdict, detail=result.detail, action=_out(request, after))

@@ -17,6 +17,7 @@ from tickwork.api.models import ActionOut, Instant, Strict
 from tickwork.api.rules_models import ActionTemplateIn, ConditionIn
 from tickwork.changes import Change
 from tickwork.forecast import Bucket
+from tickwork.ledger.attempts import AttemptRow
 from tickwork.recipients.store import StoredRecipient
 from tickwork.sequences.model import Campaign, Enrollment
 from tickwork.sequences.store import exit_outcome
@@ -248,8 +249,52 @@ class ChangePage(BaseModel):
     next_cursor: str | None
 
 
+AttemptOutcome = Literal["delivered", "rejected", "transient", "ambiguous", "stuck"]
+AttemptResolution = Literal["delivered", "requeued", "unresolved"]
+
+
+class AttemptOut(BaseModel):
+    """One provider call, from the delivery ledger. Every field is sanitized where it is
+    written (codes, the provider's message id, a short excerpt cleaned of secrets); no
+    receiver's body or credential is ever stored, so members and admins see the same."""
+
+    attempt: int
+    started_at: datetime
+    finished_at: datetime | None
+    latency_ms: int | None
+    outcome: AttemptOutcome = Field(
+        description="delivered, rejected (for good), transient (provably not delivered),"
+        " ambiguous (may have arrived) or stuck (no outcome reached the row)"
+    )
+    provider_code: str | None = Field(description="the provider's refusal code, if any")
+    provider_message_id: str | None
+    excerpt: str | None = Field(description="a short, sanitized excerpt of the answer")
+    resolution: AttemptResolution | None = Field(
+        description="what the resolver made of an ambiguous or stuck attempt"
+    )
+    resolved_at: datetime | None
+    resolution_detail: str | None
+
+    @classmethod
+    def of(cls, a: AttemptRow) -> AttemptOut:
+        return cls.model_validate(a, from_attributes=True)
+
+
 class ActionDetailOut(ActionOut):
     changes: list[ChangeOut] = Field(description="its change log, oldest first")
+    attempts: list[AttemptOut] = Field(
+        default_factory=list, description="its provider calls (the delivery ledger), oldest first"
+    )
+
+
+class ResolveOut(BaseModel):
+    verdict: Literal["delivered", "requeued", "unresolved", "raced"] = Field(
+        description="delivered: published with the provider's id; requeued: the provider has"
+        " no such message, sent once more; unresolved: it could not tell (see detail);"
+        " raced: the row changed meanwhile"
+    )
+    detail: str
+    action: ActionOut
 
 
 class BucketOut(BaseModel):

@@ -1,6 +1,6 @@
 """The local runtime: Tickwork whole in one process, through the same handlers Lambda runs.
 
-- the tick and reconciler (every minute) and expander (hourly) handlers on timers, as
+- the tick, reconciler and resolver (every minute) and expander (hourly) handlers on timers, as
   EventBridge rules run them;
 - one in-process queue per action type, with delay, visibility timeout and redrive;
 - dispatcher workers that receive batches and call the dispatcher handler with
@@ -56,6 +56,7 @@ DISPATCHER_TIMEOUT_SECONDS = 60.0
 TICK_TIMEOUT_SECONDS = 60.0
 EXPANDER_TIMEOUT_SECONDS = 300.0
 RECONCILER_TIMEOUT_SECONDS = 60.0
+RESOLVER_TIMEOUT_SECONDS = 60.0
 
 # A burst makes and drops a handful of objects per row by the hundred thousand (messages,
 # events, claimed rows, outcomes). At the collector's default (a pass every 700 allocations
@@ -145,6 +146,7 @@ class LocalRuntime:
         tick_interval: float = 60.0,
         expander_interval: float = 3600.0,
         reconciler_interval: float = 60.0,
+        resolver_interval: float = 60.0,
         batch_size: int = 10,
         workers_per_type: int = 2,
         visibility_timeout: float = 6 * DISPATCHER_TIMEOUT_SECONDS,
@@ -160,6 +162,7 @@ class LocalRuntime:
         self.tick_interval = tick_interval
         self.expander_interval = expander_interval
         self.reconciler_interval = reconciler_interval
+        self.resolver_interval = resolver_interval
         self.batch_size = batch_size
         self.workers_per_type = workers_per_type
         self.receiver = bind_port(
@@ -204,6 +207,7 @@ class LocalRuntime:
         self.ticks: list[dict[str, Any]] = []
         self.expansions: list[dict[str, Any]] = []
         self.reconciliations: list[dict[str, Any]] = []
+        self.resolutions: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> LocalRuntime:
@@ -216,7 +220,7 @@ class LocalRuntime:
             local_api_login(self.database_url), SessionLimits.of(self.runtime.settings)
         )
         # Load the handlers before anything runs, as a warm Lambda would have them.
-        for name in ("api", "tick", "dispatcher", "expander", "reconciler"):
+        for name in ("api", "tick", "dispatcher", "expander", "reconciler", "resolver"):
             handlers.load(name)
         runtime.install(self.runtime)
         # The in-process queue starts empty: rows a previous run had enqueued are released
@@ -234,6 +238,8 @@ class LocalRuntime:
                     EXPANDER_TIMEOUT_SECONDS, self.expansions)  # fmt: skip
         self._spawn("reconciler", self._cron, "reconciler", self.reconciler_interval,
                     RECONCILER_TIMEOUT_SECONDS, self.reconciliations)  # fmt: skip
+        self._spawn("resolver", self._cron, "resolver", self.resolver_interval,
+                    RESOLVER_TIMEOUT_SECONDS, self.resolutions)  # fmt: skip
         for action_type in self.settings.action_types:
             for worker in range(self.workers_per_type):
                 self._spawn(f"dispatch-{action_type}-{worker}", self._poll, action_type)

@@ -84,21 +84,74 @@ returning *
 -- name: finalize_actions
 -- submitted -> published | failed | queued, for a batch of outcomes, in one statement.
 -- attempt_delta is -1 when a claim is reverted before the provider was reached.
-update scheduled_actions a
-set status = f.status,
-    provider_id = coalesce(f.provider_id, a.provider_id),
-    error_code = f.error_code,
-    last_error = coalesce(f.last_error, a.last_error),
-    next_attempt_at = f.next_attempt_at,
-    attempt_count = a.attempt_count + f.attempt_delta,
-    finished_at = case when f.status in ('published', 'failed') then now() end,
-    submitted_at = case when f.status = 'queued' then null else a.submitted_at end,
-    enqueued_at = null
-from unnest(
-    %(ids)s::uuid[], %(statuses)s::text[], %(provider_ids)s::text[], %(error_codes)s::text[],
-    %(last_errors)s::text[], %(next_attempt_ats)s::timestamptz[], %(attempt_deltas)s::int[]
-) as f(id, status, provider_id, error_code, last_error, next_attempt_at, attempt_delta)
-where a.id = f.id
-  and a.status = 'submitted'
-  and f.status in ('published', 'failed', 'queued')
-returning a.id, a.status
+-- The ledger gets the provider calls in the same statement. A call that published its row
+-- is recorded by the row itself (attempt_count, submitted_at, finished_at, provider_id: see
+-- attempts_of_actions), so the common case sends and writes nothing more. The attempt_*
+-- arrays carry the other calls (refused, transient, ambiguous): `attempts` inserts those of
+-- rows this update finalized (a plain insert: nothing else writes an attempt of a
+-- submitted row). `late_attempts` records an outcome whose row moved on, e.g. recovered as
+-- `stuck` while its dispatcher could not write (for a delivery, the arrays above tell,
+-- when `ledger`): it replaces that attempt's `stuck` entry, so the resolver knows what the
+-- provider said; a repeated write changes nothing.
+with finalized as (
+    update scheduled_actions a
+    set status = f.status,
+        provider_id = coalesce(f.provider_id, a.provider_id),
+        error_code = f.error_code,
+        last_error = coalesce(f.last_error, a.last_error),
+        next_attempt_at = f.next_attempt_at,
+        attempt_count = a.attempt_count + f.attempt_delta,
+        finished_at = case when f.status in ('published', 'failed') then now() end,
+        submitted_at = case when f.status = 'queued' then null else a.submitted_at end,
+        enqueued_at = null
+    from unnest(
+        %(ids)s::uuid[], %(statuses)s::text[], %(provider_ids)s::text[], %(error_codes)s::text[],
+        %(last_errors)s::text[], %(next_attempt_ats)s::timestamptz[], %(attempt_deltas)s::int[]
+    ) as f(id, status, provider_id, error_code, last_error, next_attempt_at, attempt_delta)
+    where a.id = f.id
+      and a.status = 'submitted'
+      and f.status in ('published', 'failed', 'queued')
+    returning a.id, a.status, a.workspace_id
+), calls as (
+    select l.id, l.attempt, to_timestamp(l.started) as started_at,
+           to_timestamp(l.started + l.latency_ms / 1000.0) as finished_at, l.latency_ms,
+           l.outcome, l.code, l.excerpt, r.workspace_id
+    from unnest(
+        %(attempt_ids)s::uuid[], %(attempt_numbers)s::int[], %(attempt_outcomes)s::text[],
+        %(attempt_started)s::float8[], %(attempt_latencies)s::int[],
+        %(attempt_codes)s::text[], %(attempt_excerpts)s::text[]
+    ) as l(id, attempt, outcome, started, latency_ms, code, excerpt)
+    left join finalized r on r.id = l.id
+), attempts as (
+    insert into action_attempts (
+        action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,
+        provider_code, excerpt
+    )
+    select id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome, code,
+           excerpt
+    from calls where workspace_id is not null
+), late_attempts as (
+    insert into action_attempts as t (
+        action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,
+        provider_code, provider_message_id, excerpt
+    )
+    select c.id, c.attempt, a.workspace_id, c.started_at, c.finished_at, c.latency_ms,
+           c.outcome, c.code, null, c.excerpt
+    from calls c join scheduled_actions a on a.id = c.id
+    where c.workspace_id is null
+    union all
+    select d.id, s.attempt, s.workspace_id, s.started_at, now(), null, 'delivered', null,
+           d.provider_id, null
+    from unnest(%(ids)s::uuid[], %(statuses)s::text[], %(provider_ids)s::text[])
+        as d(id, status, provider_id)
+    join action_attempts s on s.action_id = d.id and s.outcome = 'stuck'
+    where %(ledger)s and d.status = 'published'
+      and not exists (select 1 from finalized r where r.id = d.id)
+      and not exists (select 1 from calls c where c.id = d.id)
+    on conflict (action_id, attempt) do update
+    set finished_at = excluded.finished_at, latency_ms = excluded.latency_ms,
+        outcome = excluded.outcome, provider_code = excluded.provider_code,
+        provider_message_id = excluded.provider_message_id, excerpt = excluded.excerpt
+    where t.outcome = 'stuck'
+)
+select id, status from finalized

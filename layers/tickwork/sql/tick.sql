@@ -68,19 +68,29 @@ returning id
 -- name: recover_stuck
 -- Zombies: claimed by a dispatcher that never recorded an outcome (it died, timed out, or
 -- the database stayed down past its retries: then it logged an `outcome unwritten` line).
--- The provider may have been called, so the row fails as `stuck` instead of firing again.
-update scheduled_actions
-set status = 'failed', error_code = 'stuck', finished_at = now(),
-    last_error = 'no outcome recorded within ' || %(stuck_timeout)s || ' s of the claim;'
-        || ' the provider may have been called: look for an ''outcome unwritten'' log line'
-        || ' with this action id before retrying'
--- A submitted row was enqueued no later than it was claimed (the claim sets enqueued_at if
--- it was unset), so the enqueued index holds every candidate.
-where status = 'submitted'
-  and finished_at is null
-  and enqueued_at < now() - make_interval(secs => %(stuck_timeout)s)
-  and submitted_at < now() - make_interval(secs => %(stuck_timeout)s)
-returning id, action_type
+-- The provider may have been called, so the row fails as `stuck` instead of firing again;
+-- the ledger records that attempt as `stuck` (for the resolver to settle with the provider).
+with recovered as (
+    update scheduled_actions
+    set status = 'failed', error_code = 'stuck', finished_at = now(),
+        last_error = 'no outcome recorded within ' || %(stuck_timeout)s || ' s of the claim;'
+            || ' the provider may have been called: look for an ''outcome unwritten'' log line'
+            || ' with this action id before retrying'
+    -- A submitted row was enqueued no later than it was claimed (the claim sets enqueued_at
+    -- if it was unset), so the enqueued index holds every candidate.
+    where status = 'submitted'
+      and finished_at is null
+      and enqueued_at < now() - make_interval(secs => %(stuck_timeout)s)
+      and submitted_at < now() - make_interval(secs => %(stuck_timeout)s)
+    returning id, action_type, workspace_id, attempt_count, submitted_at
+), noted as (
+    insert into action_attempts (action_id, attempt, workspace_id, started_at, outcome, excerpt)
+    select id, greatest(attempt_count, 1), workspace_id, submitted_at, 'stuck',
+           'no outcome recorded within ' || %(stuck_timeout)s || ' s of the claim'
+    from recovered
+    on conflict (action_id, attempt) do nothing
+)
+select id, action_type from recovered
 
 -- name: expire_late
 -- Rows of one action type too late to be worth sending fail as `expired`.

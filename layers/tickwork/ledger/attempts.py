@@ -1,0 +1,51 @@
+"""Reading the ledger: an action's attempts, oldest first (its entries, and the call that
+published it, which the row itself records)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from psycopg.rows import class_row
+
+from tickwork.db import Connection
+from tickwork.sql import query
+
+_ATTEMPTS = query("attempts_of_actions")
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRow:
+    """One provider call as the ledger holds it (only sanitized text is ever stored)."""
+
+    action_id: UUID
+    attempt: int
+    started_at: datetime
+    finished_at: datetime | None
+    latency_ms: int | None
+    outcome: str
+    provider_code: str | None
+    provider_message_id: str | None
+    excerpt: str | None
+    resolution: str | None
+    resolved_at: datetime | None
+    resolution_detail: str | None
+
+
+def attempts_of(conn: Connection, workspace_id: UUID, action_id: UUID) -> list[AttemptRow]:
+    return attempts_by_action(conn, workspace_id, [action_id]).get(action_id, [])
+
+
+def attempts_by_action(
+    conn: Connection, workspace_id: UUID, action_ids: Sequence[UUID]
+) -> dict[UUID, list[AttemptRow]]:
+    with conn.cursor(row_factory=class_row(AttemptRow)) as cur:
+        rows = cur.execute(
+            _ATTEMPTS, {"action_ids": list(action_ids), "workspace_id": workspace_id}
+        ).fetchall()
+    found: dict[UUID, list[AttemptRow]] = {}
+    for row in rows:
+        found.setdefault(row.action_id, []).append(row)
+    return found

@@ -1,0 +1,126 @@
+-- The delivery ledger (action_attempts) and the resolver's transitions. The dispatcher's
+-- writes are in finalize_actions (actions.sql) and the tick's in recover_stuck (tick.sql).
+-- Every resolver transition names the state it expects: the row failed with the code the
+-- resolver read, at the attempt it read; a row changed since is left as it is.
+
+-- name: attempts_of_actions
+-- Actions' provider calls: its entries, and the call that published it, which the row
+-- itself records (the finalize writes no entry for it): attempt_count, claimed at
+-- submitted_at, outcome written at finished_at, the provider's id. Its latency is claim to
+-- outcome written (it includes the wave's wait, a few milliseconds). A row published by
+-- the resolver has its attempt's entry (with its resolution) instead.
+select action_id, attempt, started_at, finished_at, latency_ms, outcome, provider_code,
+       provider_message_id, excerpt, resolution, resolved_at, resolution_detail
+from action_attempts
+where action_id = any(%(action_ids)s::uuid[]) and workspace_id = %(workspace_id)s
+union all
+select a.id, a.attempt_count, a.submitted_at, a.finished_at,
+       round(extract(epoch from a.finished_at - a.submitted_at) * 1000)::int, 'delivered',
+       null, a.provider_id, null, null, null, null
+from scheduled_actions a
+where a.id = any(%(action_ids)s::uuid[]) and a.workspace_id = %(workspace_id)s
+  and a.status = 'published' and a.submitted_at is not null and a.attempt_count > 0
+  and not exists (
+      select 1 from action_attempts t
+      where t.action_id = a.id and t.attempt = a.attempt_count)
+order by action_id, attempt
+
+-- name: unresolved_actions
+-- A page of the resolver's work: rows failed ambiguous or stuck whose provider can still
+-- answer for them (its lookup's retention from the attempt's claim, per action type), not
+-- asked within the recheck interval, after the (finished_at, id) cursor. A row finishes
+-- after its claim, so the retention bound on finished_at is the index's range and the one
+-- on submitted_at the exact test. age_seconds is the attempt's age by the database's clock.
+select a.*, extract(epoch from now() - a.submitted_at)::float8 as age_seconds
+from scheduled_actions a
+join unnest(%(action_types)s::text[], %(retention_seconds)s::float8[])
+    as t(action_type, retention) on a.action_type = t.action_type
+where a.status = 'failed'
+  and a.finished_at is not null
+  and a.error_code in ('ambiguous', 'stuck')
+  and a.finished_at > now() - make_interval(secs => t.retention)
+  and a.submitted_at > now() - make_interval(secs => t.retention)
+  and (a.finished_at, a.id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
+  and not exists (
+      select 1 from action_attempts r
+      where r.action_id = a.id and r.attempt = a.attempt_count
+        and r.resolved_at > now() - make_interval(secs => %(recheck_seconds)s))
+order by a.finished_at, a.id
+limit %(limit)s
+
+-- name: resolve_delivered
+-- failed (ambiguous | stuck) -> published: the provider has the message, under
+-- provider_id. Nothing is sent; the attempt's ledger entry says how it was settled.
+with changed as (
+    update scheduled_actions
+    set status = 'published', provider_id = coalesce(%(provider_id)s, provider_id),
+        error_code = null, last_error = %(message)s
+    where id = %(id)s and workspace_id = %(workspace_id)s
+      and status = 'failed' and error_code = %(expected_code)s
+      and attempt_count = %(attempt)s
+    returning id, workspace_id, attempt_count
+), noted as (
+    insert into action_attempts as t (
+        action_id, attempt, workspace_id, started_at, outcome, provider_message_id,
+        resolution, resolved_at, resolution_detail
+    )
+    select id, greatest(attempt_count, 1), workspace_id, coalesce(%(started_at)s, now()),
+           %(expected_code)s, %(provider_id)s, 'delivered', now(), %(detail)s
+    from changed
+    on conflict (action_id, attempt) do update
+    set resolution = excluded.resolution, resolved_at = excluded.resolved_at,
+        resolution_detail = excluded.resolution_detail,
+        provider_message_id = coalesce(excluded.provider_message_id, t.provider_message_id)
+)
+select id from changed
+
+-- name: resolve_requeued
+-- failed (ambiguous | stuck) -> queued, due now: the provider provably has no such message
+-- and the attempt is older than the lookup's grace. At most once per action (no attempt
+-- of it was requeued before), and never for an action any attempt of which is recorded
+-- delivered (an outcome written late).
+with changed as (
+    update scheduled_actions a
+    set status = 'queued', error_code = null, last_error = %(message)s,
+        next_attempt_at = now(), finished_at = null, submitted_at = null,
+        enqueued_at = null, provider_id = null
+    where a.id = %(id)s and a.workspace_id = %(workspace_id)s
+      and a.status = 'failed' and a.error_code = %(expected_code)s
+      and a.attempt_count = %(attempt)s
+      and a.submitted_at < now() - make_interval(secs => %(grace_seconds)s)
+      and not exists (
+          select 1 from action_attempts r
+          where r.action_id = a.id and (r.resolution = 'requeued' or r.outcome = 'delivered'))
+    returning a.id, a.workspace_id, a.attempt_count
+), noted as (
+    insert into action_attempts as t (
+        action_id, attempt, workspace_id, started_at, outcome, resolution, resolved_at,
+        resolution_detail
+    )
+    select id, greatest(attempt_count, 1), workspace_id, coalesce(%(started_at)s, now()),
+           %(expected_code)s, 'requeued', now(), %(detail)s
+    from changed
+    on conflict (action_id, attempt) do update
+    set resolution = excluded.resolution, resolved_at = excluded.resolved_at,
+        resolution_detail = excluded.resolution_detail
+)
+select id from changed
+
+-- name: resolve_unresolved
+-- The row stays failed; its attempt's entry says why the resolver could not settle it.
+-- An entry another resolver settled meanwhile is left as it is.
+insert into action_attempts as t (
+    action_id, attempt, workspace_id, started_at, outcome, resolution, resolved_at,
+    resolution_detail
+)
+select a.id, greatest(a.attempt_count, 1), a.workspace_id, coalesce(a.submitted_at, now()),
+       a.error_code, 'unresolved', now(), %(detail)s
+from scheduled_actions a
+where a.id = %(id)s and a.workspace_id = %(workspace_id)s
+  and a.status = 'failed' and a.error_code = %(expected_code)s
+  and a.attempt_count = %(attempt)s
+on conflict (action_id, attempt) do update
+set resolution = excluded.resolution, resolved_at = excluded.resolved_at,
+    resolution_detail = excluded.resolution_detail
+where t.resolution is null or t.resolution = 'unresolved'
+returning action_id
