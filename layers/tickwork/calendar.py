@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from tickwork import rollup
+from tickwork import paging, rollup
 from tickwork.actions import Action, actions_from_tuples
 from tickwork.db import Connection
 from tickwork.errors import InputError
@@ -46,23 +45,6 @@ class Page:
     next_cursor: str | None
 
 
-def encode_cursor(action: Action) -> str:
-    raw = f"{action.publish_at.isoformat()}|{action.id}"
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        at, action_id = base64.urlsafe_b64decode(padded.encode()).decode().split("|")
-        parsed = datetime.fromisoformat(at)
-        if parsed.tzinfo is None:
-            raise ValueError("naive")
-        return parsed, UUID(action_id)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError("cursor is not one this API returned", field="cursor") from exc
-
-
 def list_actions(
     conn: Connection,
     workspace_id: UUID,
@@ -79,7 +61,7 @@ def list_actions(
         raise InputError("`to` must be after `from`", field="to")
     if not 1 <= limit <= MAX_PAGE:
         raise InputError(f"limit must be between 1 and {MAX_PAGE}", field="limit")
-    after_at, after_id = decode_cursor(cursor) if cursor else (start, NIL)
+    after_at, after_id = paging.decode_cursor(cursor) if cursor else (start, NIL)
     params = {
         "workspace_id": workspace_id, "after_at": max(after_at, start), "after_id": after_id,
         "to": end, "status": status, "action_type": action_type, "thing_id": thing_id,
@@ -92,7 +74,7 @@ def list_actions(
         rows = actions_from_tuples(cur, cur.execute(_LIST, params).fetchall())
     more = len(rows) > limit
     items = rows[:limit]
-    return Page(items, encode_cursor(items[-1]) if more else None)
+    return Page(items, paging.encode_cursor(items[-1].publish_at, items[-1].id) if more else None)
 
 
 @dataclass(frozen=True)
