@@ -43,8 +43,13 @@ create unique index ux_scheduled_actions_active_thing_target on scheduled_action
     (workspace_id, action_type, thing_id, target_key)
     where finished_at is null and thing_id is not null and recurring_schedule_id is null;
 
+-- A workspace's active rows, by due time: the quota counts them by the first column; and a
+-- workspace's due backlog (/v1/stats) is a range of it, so whichever of this and the due
+-- index the planner picks (its estimate of "due before now" counts finished history), the
+-- read stays the rows due, never every active row of the workspace.
 drop index ix_scheduled_actions_active_workspace;
-create index ix_scheduled_actions_active_workspace on scheduled_actions (workspace_id)
+create index ix_scheduled_actions_active_workspace on scheduled_actions
+    (workspace_id, (coalesce(next_attempt_at, publish_at)))
     where finished_at is null;
 
 -- Checks of columns no transition writes (the type, the source, the payload), made on the
