@@ -38,7 +38,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from tickwork import actions, migrate
+from tickwork import actions, migrate, tick
 from tickwork.actions import action_from_row
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.db import Connection, connect
@@ -322,13 +322,16 @@ def run_floor(
     for thread in threads:
         thread.start()
     with connect(url) as conn:
+        after = tick.CURSOR_START
         while True:
             with conn.transaction():
                 rows = conn.execute(mark, {
                     "horizon": utcnow(), "batch_size": tick_batch, "action_types": ["log"],
+                    "after_due": after[0], "after_id": after[1],
                 }).fetchall()  # fmt: skip
             if not rows:
                 break
+            after = (rows[-1][2], rows[-1][0])
             ids = [row[0] for row in rows]
             for i in range(0, len(ids), batch):
                 waves.put(ids[i : i + batch])
