@@ -38,7 +38,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from tickwork import actions, migrate
+from tickwork import actions, migrate, tick
 from tickwork.actions import action_from_row
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.db import Connection, connect
@@ -141,6 +141,39 @@ def backend_cpu_seconds(conn: Connection) -> float | None:
     return total
 
 
+class HorizonWatch:
+    """Samples, every 0.1 s while the block runs, whether another session of the server
+    holds a transaction id: while one does, no row version newer than it can be pruned,
+    so an update finds no room beside the old version on its page and cannot be HOT (on a
+    shared server, another suite's transactions do this to the bench's)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.held = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> HorizonWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        with connect(self.url) as conn:
+            while not self._stop.wait(0.1):
+                row = conn.execute(
+                    "select count(*) from pg_stat_activity where backend_xid is not null"
+                    " and datname is distinct from current_database()"
+                ).fetchone()
+                conn.execute("select pg_stat_clear_snapshot()")
+                self.samples += 1
+                self.held += bool(row and row[0])
+
+
 def row_updates(conn: Connection) -> tuple[int, int]:
     """Row updates of scheduled_actions so far, and how many of them were HOT (written
     beside the old version with no index entry); backends report theirs when they end."""
@@ -224,7 +257,7 @@ def run_engine(
         updates_before = row_updates(conn)
     stages = Stages()
     cpu_before = time.process_time()
-    with measured(stages):
+    with measured(stages), HorizonWatch(url) as horizon:
         local.start()  # the tick runs at once
         wait_for(provider.deliveries, count, timeout=lead + spread + 600)
     python_cpu = time.process_time() - cpu_before
@@ -250,6 +283,8 @@ def run_engine(
         "postgres_cpu": postgres_cpu,
         "row_updates": updates_after[0] - updates_before[0],
         "hot_updates": updates_after[1] - updates_before[1],
+        "horizon_held": horizon.held,
+        "horizon_samples": horizon.samples,
     }
 
 
@@ -277,6 +312,10 @@ def report_costs(count: int, result: dict[str, Any]) -> None:
     updates, hot = result["row_updates"], result["hot_updates"]
     print(f"    row versions written per action: {updates / count:.2f}"
           f" ({hot / max(updates, 1):.0%} HOT: no index entry written)")  # fmt: skip
+    if result["horizon_held"]:
+        print(f"    another transaction held back the clean-up of old row versions in"
+              f" {result['horizon_held']} of {result['horizon_samples']} samples: fewer"
+              " updates can be HOT on a shared server")  # fmt: skip
     pg = result["postgres_cpu"]
     pg_text = "not on this machine" if pg is None else f"{pg:.2f} s"
     print(f"    CPU: Python process {result['python_cpu']:.2f} s, Postgres backends {pg_text},"
@@ -322,13 +361,16 @@ def run_floor(
     for thread in threads:
         thread.start()
     with connect(url) as conn:
+        after = tick.CURSOR_START
         while True:
             with conn.transaction():
                 rows = conn.execute(mark, {
                     "horizon": utcnow(), "batch_size": tick_batch, "action_types": ["log"],
+                    "after_due": after[0], "after_id": after[1],
                 }).fetchall()  # fmt: skip
             if not rows:
                 break
+            after = (rows[-1][2], rows[-1][0])
             ids = [row[0] for row in rows]
             for i in range(0, len(ids), batch):
                 waves.put(ids[i : i + batch])

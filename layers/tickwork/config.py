@@ -24,6 +24,10 @@ ENV_PREFIX = "TICKWORK_"
 ACTION_TYPES_PARAMETER_ENV = "TICKWORK_ACTION_TYPES_PARAMETER"
 PARAMETER_MAX_AGE_SECONDS = 300
 ACTION_TYPE_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
+# A claimed row was due within the clock-skew tolerance of its claim, so a bound on the
+# tolerance bounds how far ahead a claimed row's due time can be: the due-index ranges
+# that find claimed and enqueued rows (tick.in_flight_due_within) end there.
+MAX_CLOCK_SKEW_TOLERANCE_SECONDS = 60.0
 
 
 class ActionTypeConfig(BaseModel):
@@ -83,6 +87,9 @@ class Settings(BaseModel):
     lookahead_seconds: int = Field(default=120, ge=0, le=900)
     tick_budget_seconds: float = Field(default=40.0, gt=0)
     tick_batch_size: int = Field(default=2000, gt=0)
+    # Connections the tick marks and sends on at once (SKIP LOCKED keeps their rows
+    # disjoint): a burst's marking overlaps the queue sends and the dispatchers' work.
+    tick_lanes: int = Field(default=2, ge=1, le=8)
     stuck_timeout_seconds: int = Field(default=900, gt=0)
     redelivery_timeout_seconds: int = Field(default=900, gt=0)
 
@@ -118,7 +125,9 @@ class Settings(BaseModel):
     max_early_wait_seconds: float = Field(default=1.5, ge=0)
     # How far the dispatcher's clock may run ahead of the database's without a row being
     # refused as not yet due.
-    clock_skew_tolerance_seconds: float = Field(default=0.5, ge=0)
+    clock_skew_tolerance_seconds: float = Field(
+        default=0.5, ge=0, le=MAX_CLOCK_SKEW_TOLERANCE_SECONDS
+    )
     # A row left `submitted` this long was claimed by a dispatcher that died (more than the
     # dispatcher's timeout): its redelivered message claims it again when the provider
     # deduplicates (webhooks); otherwise it becomes failed/`stuck` after the stuck timeout.
@@ -248,6 +257,12 @@ class Settings(BaseModel):
 
     def action_type(self, name: str) -> ActionTypeConfig | None:
         return self.action_types.get(name)
+
+    def in_flight_due_within(self) -> float:
+        """How far past now a row in a queue or claimed can be due: marked rows were due
+        within the look-ahead, claimed ones within the clock-skew tolerance (and the mark's
+        horizon is the dispatcher's clock, at most that tolerance off the database's)."""
+        return self.lookahead_seconds + MAX_CLOCK_SKEW_TOLERANCE_SECONDS
 
     def dispatch_allowed(self, action_type: str) -> bool:
         return self.dispatch_enabled and action_type not in self.paused_action_types

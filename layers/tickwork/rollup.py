@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from tickwork.config import MAX_CLOCK_SKEW_TOLERANCE_SECONDS
 from tickwork.db import Connection
 from tickwork.sql import query
 
@@ -90,7 +91,11 @@ def _consistent(
     for _ in range(COUNT_ATTEMPTS):
         row = conn.execute(_MARK).fetchone()
         mark = row[0] if row else None
-        rows = conn.execute(statement, {"workspace_id": workspace_id, "mark": mark}).fetchall()
+        rows = conn.execute(statement, {
+            "workspace_id": workspace_id, "mark": mark,
+            # Claimed rows are a range of the due index: each was due within this of now.
+            "claimed_due_within": MAX_CLOCK_SKEW_TOLERANCE_SECONDS,
+        }).fetchall()  # fmt: skip
         if rows[0][mark_column] == mark:
             return rows
         logger.info("rollup watermark moved while counting; reading again")

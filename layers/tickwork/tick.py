@@ -1,13 +1,15 @@
 """The tick: recovers zombies, expires stale rows, and hands due rows to their queues.
 
 It drains rather than sips: it marks due rows enqueued in batches (FOR UPDATE SKIP LOCKED,
-so concurrent ticks take disjoint rows), sends them with the whole seconds until they are
-due as the message delay, and loops until nothing is due within the look-ahead or its time
-budget is spent. A pass marks and sends inside one transaction: the mark commits only after
-its messages were handed to the queue, so a tick that dies between the two leaves its rows
-unmarked (the rollback), and the worst a crash can cost is a duplicate message, which the
-dispatcher's conditional claim absorbs. A row whose send failed is un-marked before the
-commit; a row whose message was lost later is found again after the redelivery timeout.
+so concurrent ticks take disjoint rows), each pass starting after the last row the pass
+before it marked (a keyset cursor along the due index), sends them with the whole seconds
+until they are due as the message delay, and loops until nothing is due within the
+look-ahead or its time budget is spent. A pass marks and sends inside one transaction: the
+mark commits only after its messages were handed to the queue, so a tick that dies between
+the two leaves its rows unmarked (the rollback), and the worst a crash can cost is a
+duplicate message, which the dispatcher's conditional claim absorbs. A row whose send
+failed is un-marked before the commit; a row whose message was lost later is found again
+after the redelivery timeout.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -39,6 +43,8 @@ _RECOVER_STUCK = query("recover_stuck")
 _EXPIRE_LATE = query("expire_late")
 
 EXPIRY_BATCH = 5000
+# Where a tick run's cursor starts: before every due time and id.
+CURSOR_START = (datetime(1, 1, 1, tzinfo=UTC), UUID(int=0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,14 +91,20 @@ def active_action_types(settings: Settings) -> list[str]:
 
 
 def mark_due(
-    conn: Connection, horizon: datetime, batch_size: int, action_types: Collection[str]
+    conn: Connection,
+    horizon: datetime,
+    batch_size: int,
+    action_types: Collection[str],
+    after: tuple[datetime, UUID] = CURSOR_START,
 ) -> list[DueRow]:
-    """Mark the next batch of rows due by `horizon` as enqueued; returns them in due order."""
+    """Mark the next batch of rows due by `horizon`, and after `after` (due time, id), as
+    enqueued; returns them in (due time, id) order."""
     with conn.cursor(binary=True) as cur:
         rows = cur.execute(
             _MARK_DUE,
-            {"horizon": horizon, "batch_size": batch_size, "action_types": list(action_types)},
-        ).fetchall()
+            {"horizon": horizon, "batch_size": batch_size, "action_types": list(action_types),
+             "after_due": after[0], "after_id": after[1]},
+        ).fetchall()  # fmt: skip
     return [DueRow(*row) for row in rows]
 
 
@@ -151,8 +163,10 @@ def enqueue_soon(
 
 def recover_stuck(conn: Connection, settings: Settings) -> int:
     rows = conn.execute(
-        _RECOVER_STUCK, {"stuck_timeout": settings.stuck_timeout_seconds}
-    ).fetchall()
+        _RECOVER_STUCK,
+        {"stuck_timeout": settings.stuck_timeout_seconds,
+         "due_within": settings.in_flight_due_within()},
+    ).fetchall()  # fmt: skip
     return len(rows)
 
 
@@ -176,16 +190,64 @@ def expire_late(conn: Connection, settings: Settings, action_types: Iterable[str
 
 def release_lost(conn: Connection, settings: Settings) -> int:
     rows = conn.execute(
-        _RELEASE_LOST, {"redelivery_timeout": settings.redelivery_timeout_seconds}
-    ).fetchall()
+        _RELEASE_LOST,
+        {"redelivery_timeout": settings.redelivery_timeout_seconds,
+         "due_within": settings.in_flight_due_within()},
+    ).fetchall()  # fmt: skip
     return len(rows)
 
 
-def release_enqueued(conn: Connection, action_types: Collection[str]) -> int:
-    """Every queued row of these types marked enqueued goes back to the tick: for a runtime
-    whose queue starts empty (the local one), the messages of its previous run are gone."""
-    rows = conn.execute(_RELEASE_ALL, {"action_types": list(action_types)}).fetchall()
+def release_enqueued(conn: Connection, settings: Settings) -> int:
+    """Every queued row marked enqueued goes back to the tick: for a runtime whose queue
+    starts empty (the local one), the messages of its previous run are gone."""
+    rows = conn.execute(
+        _RELEASE_ALL,
+        {"action_types": list(settings.action_types),
+         "due_within": settings.in_flight_due_within()},
+    ).fetchall()  # fmt: skip
     return len(rows)
+
+
+@dataclass
+class _Drained:
+    enqueued: dict[str, int] = field(default_factory=dict)
+    send_failures: int = 0
+    passes: int = 0
+
+
+def drain(
+    conn: Connection,
+    queues: QueuePort,
+    settings: Settings,
+    action_types: Collection[str],
+    deadline: float,
+    clock: Callable[[], datetime],
+) -> _Drained:
+    """Mark and send due rows, pass after pass, until none is due within the look-ahead,
+    the queue refuses, or `deadline` (time.monotonic) passes."""
+    drained = _Drained()
+    lookahead = timedelta(seconds=settings.lookahead_seconds)
+    # Rows behind the cursor that become due meanwhile (a backoff, a late creation) were
+    # handed to their queue by enqueue_soon, or are the next run's first pass.
+    after = CURSOR_START
+    while time.monotonic() < deadline:
+        now = clock()
+        # The row locks of the mark are held until the messages are sent: a dispatcher
+        # receiving one meanwhile waits for the commit, a concurrent tick skips the rows.
+        with conn.transaction():
+            rows = mark_due(conn, now + lookahead, settings.tick_batch_size, action_types, after)
+            if not rows:
+                break
+            sent, failed = send_rows(conn, queues, rows, now)
+        after = (rows[-1].due_at, rows[-1].id)
+        drained.passes += 1
+        for action_type, count in sent.items():
+            drained.enqueued[action_type] = drained.enqueued.get(action_type, 0) + count
+        if failed:
+            # The queue is refusing: leave the rest for the next tick rather than spin.
+            drained.send_failures += len(failed)
+            break
+    return drained
 
 
 def run_tick(
@@ -195,7 +257,10 @@ def run_tick(
     *,
     budget_seconds: float | None = None,
     clock: Callable[[], datetime] = utcnow,
+    lane_connection: Callable[[], AbstractContextManager[Connection]] | None = None,
 ) -> TickSummary:
+    """One tick run. With `lane_connection` (a connection of its own per call), it drains
+    on `settings.tick_lanes` connections at once."""
     started = time.monotonic()
     deadline = started + (budget_seconds or settings.tick_budget_seconds)
     summary = TickSummary(dispatch_enabled=settings.dispatch_enabled)
@@ -205,23 +270,22 @@ def run_tick(
     summary.recovered = recover_stuck(conn, settings)
     summary.expired = expire_late(conn, settings, action_types)
     summary.redelivered = release_lost(conn, settings)
-    lookahead = timedelta(seconds=settings.lookahead_seconds)
-    while time.monotonic() < deadline:
-        now = clock()
-        # The row locks of the mark are held until the messages are sent: a dispatcher
-        # receiving one meanwhile waits for the commit, a concurrent tick skips the rows.
-        with conn.transaction():
-            rows = mark_due(conn, now + lookahead, settings.tick_batch_size, action_types)
-            if not rows:
-                break
-            sent, failed = send_rows(conn, queues, rows, now)
-        summary.passes += 1
-        for action_type, count in sent.items():
+    lanes = settings.tick_lanes if lane_connection is not None else 1
+
+    def lane() -> _Drained:
+        assert lane_connection is not None
+        with lane_connection() as own:
+            return drain(own, queues, settings, action_types, deadline, clock)
+
+    with ThreadPoolExecutor(max_workers=max(1, lanes - 1)) as pool:
+        others = [pool.submit(lane) for _ in range(lanes - 1)]
+        results = [drain(conn, queues, settings, action_types, deadline, clock)]
+        results += [future.result() for future in others]
+    for result in results:
+        summary.passes += result.passes
+        summary.send_failures += result.send_failures
+        for action_type, count in result.enqueued.items():
             summary.enqueued[action_type] = summary.enqueued.get(action_type, 0) + count
-        if failed:
-            # The queue is refusing: leave the rest for the next tick rather than spin.
-            summary.send_failures += len(failed)
-            break
     summary.elapsed_seconds = time.monotonic() - started
     return summary
 
@@ -248,8 +312,9 @@ TICK_MARGIN_SECONDS = 5.0
 def handle_tick(context: LambdaContext, runtime: Runtime) -> dict[str, Any]:
     budget = run_budget(context, runtime.settings.tick_budget_seconds, TICK_MARGIN_SECONDS)
     summary = run_tick(
-        runtime.db.connection(), runtime.queues, runtime.settings, budget_seconds=budget
-    )
+        runtime.db.connection(), runtime.queues, runtime.settings, budget_seconds=budget,
+        lane_connection=runtime.db.own_connection,
+    )  # fmt: skip
     emit_metrics(summary)
     logger.info("tick", extra=summary.as_dict())
     return summary.as_dict()

@@ -6,6 +6,7 @@ import json
 import re
 from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 import psycopg
 import pytest
@@ -57,13 +58,19 @@ def big_table(conn, workspace, now):
 
 
 def test_the_due_query_uses_the_partial_due_index(conn, big_table):
-    plan = plan_of(
-        conn,
-        query("mark_due_enqueued"),
-        {"horizon": big_table, "batch_size": 500, "action_types": ["webhook"]},
-    )
-    assert "ix_scheduled_actions_due" in index_scans(plan), json.dumps(plan, indent=1)
-    assert "scheduled_actions" not in seq_scans(plan)
+    from tickwork.tick import CURSOR_START
+
+    for after_due, after_id in (CURSOR_START, (big_table - timedelta(seconds=50), UUID(int=0))):
+        plan = plan_of(
+            conn,
+            query("mark_due_enqueued"),
+            {"horizon": big_table, "batch_size": 500, "action_types": ["webhook"],
+             "after_due": after_due, "after_id": after_id},
+        )  # fmt: skip
+        assert "ix_scheduled_actions_due" in index_scans(plan), json.dumps(plan, indent=1)
+        assert "scheduled_actions" not in seq_scans(plan)
+        # The cursor and the horizon bound the walk: a range of the index, not a filter.
+        assert due_range_of(plan).count("COALESCE") >= 2, json.dumps(plan, indent=1)
 
 
 def test_the_due_query_takes_only_the_due_rows(conn, big_table):
@@ -71,6 +78,23 @@ def test_the_due_query_takes_only_the_due_rows(conn, big_table):
 
     due = mark_due(conn, big_table, batch_size=500, action_types=["webhook"])
     assert len(due) == 100
+
+
+def test_each_pass_starts_after_the_rows_the_last_one_marked(conn, big_table):
+    from tickwork.tick import mark_due
+
+    first = mark_due(conn, big_table, batch_size=60, action_types=["webhook"])
+    # A row of the first pass handed back (its send failed) is behind the cursor: the
+    # next pass goes on from the cursor, and the next run's first pass takes it again.
+    conn.execute("update scheduled_actions set enqueued_at = null where id = %s", (first[0].id,))
+    second = mark_due(
+        conn, big_table, batch_size=60, action_types=["webhook"],
+        after=(first[-1].due_at, first[-1].id),
+    )  # fmt: skip
+    assert len(first) == 60
+    assert len(second) == 40
+    assert not {r.id for r in first} & {r.id for r in second}
+    assert [r.id for r in mark_due(conn, big_table, 60, ["webhook"])] == [first[0].id]
 
 
 def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
@@ -110,17 +134,26 @@ def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
         assert not {"scheduled_actions", "action_attempts"} & seq_scans(plan)
 
 
-def test_zombie_recovery_uses_the_enqueued_index(conn, big_table):
-    # No index names submitted_at (the claim writes it, and must stay a HOT update): a
-    # claimed row is enqueued no later than it was claimed, so the enqueued index holds it.
-    plan = plan_of(conn, query("recover_stuck"), {"stuck_timeout": 900})
-    assert "ix_scheduled_actions_enqueued" in index_scans(plan), json.dumps(plan, indent=1)
-    assert "scheduled_actions" not in seq_scans(plan)
+def due_range_of(plan: dict[str, Any]) -> str:
+    """The index condition of the plan's scan of the due index."""
+    if plan.get("Index Name") == "ix_scheduled_actions_due":
+        return str(plan.get("Index Cond", ""))
+    return "".join(due_range_of(child) for child in plan.get("Plans", []))
 
 
-def test_lost_messages_are_found_through_the_enqueued_index(conn, big_table):
-    plan = plan_of(conn, query("release_lost_messages"), {"redelivery_timeout": 900})
-    assert "ix_scheduled_actions_enqueued" in index_scans(plan), json.dumps(plan, indent=1)
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("recover_stuck", {"stuck_timeout": 900}),
+     ("release_lost_messages", {"redelivery_timeout": 900}),
+     ("release_all_enqueued", {"action_types": ["webhook"]})],
+)  # fmt: skip
+def test_zombies_and_lost_messages_are_a_range_of_the_due_index(conn, big_table, name, params):
+    # No index names submitted_at or enqueued_at (the claim and the mark write them, and
+    # must stay HOT updates): a row in flight was due within the look-ahead when it was
+    # marked, so the due index's range up to now + the look-ahead holds every candidate.
+    plan = plan_of(conn, query(name), params | {"due_within": 180})
+    assert "ix_scheduled_actions_due" in index_scans(plan), json.dumps(plan, indent=1)
+    assert "COALESCE" in due_range_of(plan), json.dumps(plan, indent=1)
     assert "scheduled_actions" not in seq_scans(plan)
 
 
@@ -139,12 +172,12 @@ def test_the_calendar_page_walks_the_calendar_index(conn, big_table, workspace):
     assert "scheduled_actions" not in seq_scans(plan)
 
 
-def test_no_index_names_a_column_the_claim_writes(conn):
-    # The claim (queued -> submitted) writes these; an index naming any of them, in its key
-    # or its predicate, would make every claim write an entry in every index (no HOT
-    # update). enqueued_at is written only for a row claimed unmarked; `cancelled` is
-    # derived from status but the claim leaves it false.
-    written = {"status", "submitted_at", "attempt_count", "updated_at"}
+def test_no_index_names_a_column_the_claim_or_the_mark_writes(conn):
+    # The tick's mark writes enqueued_at and the claim (queued -> submitted) these others;
+    # an index naming any of them, in its key or its predicate, would make every mark or
+    # claim write an entry in every index (no HOT update). `cancelled` is derived from
+    # status but the claim leaves it false.
+    written = {"status", "submitted_at", "attempt_count", "updated_at", "enqueued_at"}
     rows = conn.execute(
         "select indexrelid::regclass::text, pg_get_indexdef(indexrelid) from pg_index"
         " where indrelid = 'scheduled_actions'::regclass"
@@ -174,7 +207,9 @@ def test_a_row_claimed_without_its_mark_is_still_found_as_a_zombie(conn, workspa
         " enqueued_at = enqueued_at - interval '1 hour' where id = %s",
         (row[0],),
     )
-    recovered = conn.execute(query("recover_stuck"), {"stuck_timeout": 900}).fetchall()
+    recovered = conn.execute(
+        query("recover_stuck"), {"stuck_timeout": 900, "due_within": 180}
+    ).fetchall()
     # Then zombie recovery finds it
     assert [r[0] for r in recovered] == [row[0]]
 

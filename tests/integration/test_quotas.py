@@ -28,6 +28,14 @@ def crowded(conn, now):
         " case when g %% 2 = 0 then null else %(at)s end from generate_series(1, 100000) g",
         {"ws": busy, "at": now + timedelta(hours=1)},
     )
+    # Another tenant's active rows, due before the busy one's: the due index would walk
+    # them, the workspace's own index does not.
+    conn.execute(
+        "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
+        " select %(ws)s, 'webhook', 't', %(at)s + g * interval '1 ms'"
+        " from generate_series(1, 50000) g",
+        {"ws": make_workspace(conn, "Other"), "at": now + timedelta(minutes=30)},
+    )
     conn.execute("analyze scheduled_actions")
     return busy, quiet
 

@@ -37,6 +37,8 @@ def test_environment_values_are_typed():
     ("env", "message"),
     [
         ({"TICKWORK_LOOKAHEAD_SECONDS": "5000"}, "lookahead_seconds"),
+        # The due-index ranges that find rows in flight end a minute past the look-ahead.
+        ({"TICKWORK_CLOCK_SKEW_TOLERANCE_SECONDS": "61"}, "clock_skew_tolerance_seconds"),
         ({"TICKWORK_ACTION_TYPES": "{not json"}, "not valid JSON"),
         ({"TICKWORK_ACTION_TYPES": '{"x": {"provider": "log", "colour": 1}}'}, "colour"),
     ],

@@ -226,7 +226,7 @@ class LocalRuntime:
         # The in-process queue starts empty: rows a previous run had enqueued are released
         # now, not after the redelivery timeout.
         with connect(self.database_url) as conn:
-            released = tick.release_enqueued(conn, list(self.settings.action_types))
+            released = tick.release_enqueued(conn, self.settings)
         if released:
             log.warning("released %d rows enqueued by a previous run", released)
         self.receiver.start()

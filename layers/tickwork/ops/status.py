@@ -11,6 +11,7 @@ from psycopg.rows import dict_row
 
 from tickwork import rollup
 from tickwork.calendar import SMALL_READS
+from tickwork.config import MAX_CLOCK_SKEW_TOLERANCE_SECONDS
 from tickwork.db import Connection
 from tickwork.ops.queues import Depth
 from tickwork.ops.text import duration, relative, stamp
@@ -101,6 +102,7 @@ def gather(
         "window_seconds": window_seconds,
         "stuck_timeout_seconds": stuck_timeout_seconds,
         "due_cap": DUE_CAP,
+        "due_within": MAX_CLOCK_SKEW_TOLERANCE_SECONDS,
     }
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         conn.execute(SMALL_READS)  # as /v1/stats: what it reads is small, whatever the plan says

@@ -63,9 +63,9 @@ where a.id = %(id)s and a.workspace_id = %(workspace_id)s
 -- claimable: cancelled, already claimed elsewhere, finished, not yet due, or too late.
 -- With reclaim_after (providers that deduplicate only), submitted -> submitted for a row
 -- claimed longer ago than any dispatcher lives: its claimer died, and its message came back.
--- No index names the columns it writes (migration 0014), so it is a HOT update; enqueued_at
--- is set only for a row claimed without having been marked (then a zombie is still found
--- through the enqueued index), and is otherwise left as it is, which keeps the update HOT.
+-- No index names the columns it writes (migrations 0014 and 0017), so it is a HOT update;
+-- enqueued_at is set for a row claimed without having been marked, so that every claimed
+-- row says when it entered a queue.
 update scheduled_actions
 set status = 'submitted', submitted_at = now(), attempt_count = attempt_count + 1,
     enqueued_at = coalesce(enqueued_at, now())

@@ -21,22 +21,13 @@ select set_config('max_parallel_workers_per_gather', '0', true),
        set_config('enable_seqscan', 'off', true)
 
 -- name: stats_backlog
--- Queued rows already due, through the two partial indexes of queued rows (not in a queue,
--- and in one): both are small unless something is behind.
-with due as (
-    select coalesce(next_attempt_at, publish_at) as due_at
-    from scheduled_actions
-    where status = 'queued' and enqueued_at is null and finished_at is null
-      and coalesce(next_attempt_at, publish_at) <= now()
-      and workspace_id = %(workspace_id)s
-    union all
-    select coalesce(next_attempt_at, publish_at)
-    from scheduled_actions
-    where status = 'queued' and enqueued_at is not null and finished_at is null
-      and coalesce(next_attempt_at, publish_at) <= now()
-      and workspace_id = %(workspace_id)s
-)
-select count(*), extract(epoch from now() - min(due_at))::float8 from due
+-- Queued rows already due, along the due index (or the workspace's active rows by due
+-- time): small unless something is behind.
+select count(*), extract(epoch from now() - min(coalesce(next_attempt_at, publish_at)))::float8
+from scheduled_actions
+where status = 'queued' and finished_at is null
+  and coalesce(next_attempt_at, publish_at) <= now()
+  and workspace_id = %(workspace_id)s
 
 -- name: stats_lag
 -- How late rows due in the last hour were claimed, in milliseconds.

@@ -68,9 +68,9 @@ having sum(n) <> 0
 
 -- name: rollup_counts
 -- Rows by status and type, in one snapshot: finished = the rollup before the watermark plus
--- the rows finished since (through ix_scheduled_actions_finished); submitted live (through
--- ix_scheduled_actions_enqueued: a claimed row is always enqueued, and leaves the index
--- when it finishes, so it holds only what is in flight);
+-- the rows finished since (through ix_scheduled_actions_finished); submitted live (along
+-- ix_scheduled_actions_due up to now + claimed_due_within: a row is claimed only when due
+-- within the clock-skew tolerance, and leaves the index when it finishes);
 -- queued = rows - submitted - finished. %(mark)s is the watermark the caller read just
 -- before; the row's `mark` is the one this snapshot saw, and when they differ the caller
 -- reads again (an advance committed between the two).
@@ -91,7 +91,9 @@ with finished as (
 submitted as (
     select action_type, 'submitted'::text as status, count(*) as n
     from scheduled_actions
-    where enqueued_at is not null and finished_at is null and status = 'submitted'
+    where finished_at is null and status = 'submitted'
+      and coalesce(next_attempt_at, publish_at)
+          <= now() + make_interval(secs => %(claimed_due_within)s)
       and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
     group by action_type
 ),

@@ -2,57 +2,36 @@
 -- or one workspace when %(workspace_id)s is set. Not hot paths: run by hand.
 
 -- name: status_due
--- Queued rows already due per action type, through the two partial indexes of queued rows
--- (small unless something is behind). How many are queued comes from the rollup. Each
--- part walks its index in order and stops after %(due_cap)s rows: without the limit the
--- planner, whose estimate of "due before now" counts finished history, may read the index
--- of every active row instead (all of a big future backlog). `capped` says a part stopped.
-with not_enqueued as (
+-- Queued rows already due per action type, along the due index (small unless something is
+-- behind). How many are queued comes from the rollup. The walk goes in order and stops
+-- after %(due_cap)s rows: without the limit the planner, whose estimate of "due before now"
+-- counts finished history, may read the index of every active row instead (all of a big
+-- future backlog). `capped` says it stopped.
+with due as (
     select workspace_id, action_type, coalesce(next_attempt_at, publish_at) as due_at
     from scheduled_actions
-    where status = 'queued' and enqueued_at is null and finished_at is null
+    where status = 'queued' and finished_at is null
       and coalesce(next_attempt_at, publish_at) <= now()
       and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
     order by coalesce(next_attempt_at, publish_at), id
     limit %(due_cap)s + 1
-),
-enqueued as (
-    select workspace_id, action_type, coalesce(next_attempt_at, publish_at) as due_at
-    from scheduled_actions
-    where status = 'queued' and enqueued_at is not null and finished_at is null
-      and coalesce(next_attempt_at, publish_at) <= now()
-      and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
-    order by enqueued_at
-    limit %(due_cap)s + 1
-),
-capped as (
-    select (select count(*) from not_enqueued) > %(due_cap)s
-        or (select count(*) from enqueued) > %(due_cap)s as capped
 )
 select action_type, least(count(*), %(due_cap)s) as due,
        extract(epoch from now() - min(due_at))::float8 as oldest_due_age_seconds,
-       (select capped from capped) as capped
-from (select action_type, due_at from not_enqueued
-      union all select action_type, due_at from enqueued) due
+       (select count(*) from due) > %(due_cap)s as capped
+from due
 group by action_type
 
 -- name: status_next_due
 -- The next queued row to fall due, per action type: the first one along the due index that
--- has the type (a walk that ends at once unless a type is rare far ahead), or one the tick
--- already handed to its queue ahead of time.
-select t.action_type, least(
+-- has the type (a walk that ends at once unless a type is rare far ahead).
+select t.action_type,
     (select coalesce(next_attempt_at, publish_at) from scheduled_actions
-     where status = 'queued' and enqueued_at is null and finished_at is null
+     where status = 'queued' and finished_at is null
        and coalesce(next_attempt_at, publish_at) > now()
        and action_type = t.action_type
        and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
-     order by coalesce(next_attempt_at, publish_at) limit 1),
-    (select min(coalesce(next_attempt_at, publish_at)) from scheduled_actions
-     where status = 'queued' and enqueued_at is not null and finished_at is null
-       and coalesce(next_attempt_at, publish_at) > now()
-       and action_type = t.action_type
-       and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s))
-) as next_due
+     order by coalesce(next_attempt_at, publish_at) limit 1) as next_due
 from unnest(%(action_types)s::text[]) as t (action_type)
 
 -- name: status_lag
@@ -89,11 +68,12 @@ group by action_type, status, error_code
 order by action_type, status, error_code
 
 -- name: status_attention
--- Rows submitted longer than the stuck timeout (about to be failed as stuck), through the
--- enqueued index (a claimed row was enqueued no later than it was claimed). The failures waiting for a person come from the rollup.
+-- Rows submitted longer than the stuck timeout (about to be failed as stuck), along the due
+-- index's range of claimed rows (a row is claimed only when due within the clock-skew
+-- tolerance). The failures waiting for a person come from the rollup.
 select count(*) as submitted_too_long
 from scheduled_actions
-where enqueued_at is not null and finished_at is null and status = 'submitted'
-  and enqueued_at < now() - make_interval(secs => %(stuck_timeout_seconds)s)
+where finished_at is null and status = 'submitted'
+  and coalesce(next_attempt_at, publish_at) <= now() + make_interval(secs => %(due_within)s)
   and submitted_at < now() - make_interval(secs => %(stuck_timeout_seconds)s)
   and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)

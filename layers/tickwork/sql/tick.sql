@@ -2,9 +2,12 @@
 -- enqueue a row at once (the API for rows due within the look-ahead, dispatcher backoffs).
 
 -- name: mark_due_enqueued
--- Takes the next batch of due rows that are in no queue, in (due time, id) order, and marks
--- them enqueued. SKIP LOCKED lets concurrent ticks take disjoint batches; the outer WHERE
--- re-checks the state so a row is never marked twice.
+-- Takes the next batch of due rows that are in no queue, in (due time, id) order after the
+-- pass's cursor (after_due, after_id: the last row the tick's previous pass marked,
+-- so a pass does not read again what the one before it marked), and marks them enqueued.
+-- No index names enqueued_at (migration 0017): the mark is a HOT update. SKIP LOCKED lets
+-- concurrent ticks take disjoint batches; the outer WHERE re-checks the state so a row is
+-- never marked twice.
 with marked as (
     update scheduled_actions a
     set enqueued_at = now()
@@ -15,6 +18,7 @@ with marked as (
               and enqueued_at is null
               and finished_at is null
               and coalesce(next_attempt_at, publish_at) <= %(horizon)s
+              and (coalesce(next_attempt_at, publish_at), id) > (%(after_due)s, %(after_id)s)
               and action_type = any(%(action_types)s::text[])
             order by coalesce(next_attempt_at, publish_at), id
             limit %(batch_size)s
@@ -50,18 +54,25 @@ where a.id = m.id
 
 -- name: release_all_enqueued
 -- A local runtime starting with an empty in-process queue: every message it had was lost.
+-- Marked rows are due within the look-ahead (see release_lost_messages, which catches any
+-- other after the redelivery timeout).
 update scheduled_actions
 set enqueued_at = null
 where status = 'queued' and enqueued_at is not null and finished_at is null
+  and coalesce(next_attempt_at, publish_at) <= now() + make_interval(secs => %(due_within)s)
   and action_type = any(%(action_types)s::text[])
 returning id
 
 -- name: release_lost_messages
--- Queued rows handed to a queue so long ago that their message must have been lost.
+-- Queued rows handed to a queue so long ago that their message must have been lost. A row
+-- is marked only when due within the look-ahead, and nothing moves a marked row's due time
+-- without clearing its mark, so the due index's range up to now + due_within (the
+-- look-ahead and the clock-skew tolerance) holds every candidate.
 update scheduled_actions
 set enqueued_at = null
 where status = 'queued'
   and finished_at is null
+  and coalesce(next_attempt_at, publish_at) <= now() + make_interval(secs => %(due_within)s)
   and enqueued_at < now() - make_interval(secs => %(redelivery_timeout)s)
 returning id
 
@@ -76,11 +87,11 @@ with recovered as (
         last_error = 'no outcome recorded within ' || %(stuck_timeout)s || ' s of the claim;'
             || ' the provider may have been called: look for an ''outcome unwritten'' log line'
             || ' with this action id before retrying'
-    -- A submitted row was enqueued no later than it was claimed (the claim sets enqueued_at
-    -- if it was unset), so the enqueued index holds every candidate.
+    -- A row is claimed only when due within the clock-skew tolerance, so the due index's
+    -- range up to now + due_within holds every candidate.
     where status = 'submitted'
       and finished_at is null
-      and enqueued_at < now() - make_interval(secs => %(stuck_timeout)s)
+      and coalesce(next_attempt_at, publish_at) <= now() + make_interval(secs => %(due_within)s)
       and submitted_at < now() - make_interval(secs => %(stuck_timeout)s)
     returning id, action_type, workspace_id, attempt_count, submitted_at
 ), noted as (
