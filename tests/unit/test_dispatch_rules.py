@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import FrozenInstanceError, replace
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any, cast
 from uuid import uuid4
 
 import pytest
 
-from tickwork.actions import Action
+from tickwork.actions import Action, actions_from_tuples
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.dispatch import backoff_seconds, decide
 from tickwork.providers.base import Ambiguous, Delivered, NotSent, Rejected, Transient
-from tickwork.queues.port import OutgoingMessage, decode_body
+from tickwork.queues.port import DecodedBody, OutgoingMessage, decode_body
 
 NOW = datetime(2026, 5, 20, 9, 0, tzinfo=UTC)
 SETTINGS = Settings(max_attempts=5, backoff_base_seconds=2, backoff_cap_seconds=60)
@@ -84,13 +88,47 @@ def test_message_delay_is_the_whole_seconds_not_yet_passed(seconds_ahead, delay)
 
 @pytest.mark.parametrize("action_type", ["webhook", "send_sms", 'odd "name\\', "caf\u00e9"])
 def test_a_message_body_is_the_json_of_its_fields(action_type):
-    import json
-
     message = OutgoingMessage.for_row(uuid4(), action_type, NOW + timedelta(seconds=3), NOW)
     fields = {"id": str(message.action_id), "type": action_type,
               "due_at": message.due_at.isoformat()}  # fmt: skip
     assert message.body() == json.dumps(fields)
-    assert decode_body(message.body()) is not None
+    decoded = decode_body(message.body())
+    assert decoded is not None
+    assert (decoded.action_id, decoded.action_type, decoded.due_at) == (
+        message.action_id, action_type, message.due_at,
+    )  # fmt: skip
+
+
+def test_a_body_written_otherwise_decodes_as_its_json_reads():
+    action_id = uuid4()
+    due = "2026-05-20T09:00:00+00:00"
+    expected = DecodedBody(action_id, "log", NOW)
+    for body in [
+        json.dumps({"type": "log", "id": str(action_id), "due_at": due}),  # another key order
+        json.dumps({"id": str(action_id).upper(), "type": "log", "due_at": due}, indent=1),
+        f'{{"id": "{action_id}", "type": "lo\\u0067", "due_at": "{due}"}}',  # an escape
+        f'{{"id": "{action_id}", "type": "log", "due_at": "2026-05-20T09:00:00Z"}}',
+    ]:
+        assert decode_body(body) == expected, body
+    # Shaped as the dispatcher writes them, yet not ours
+    for foreign in [
+        f'{{"id": "{"-" * 36}", "type": "log", "due_at": "{due}"}}',
+        f'{{"id": "{action_id}", "type": "log", "due_at": "2026-05-20T09:00:00"}}',
+        f'{{"id": "{action_id}", "type": "log", "due_at": "tomorrow"}}',
+    ]:
+        assert decode_body(foreign) is None, foreign
+
+
+def test_claimed_rows_become_the_actions_their_columns_make():
+    template = action()
+    columns = list(Action.__dataclass_fields__)[::-1]  # in any order the statement returns
+    row = tuple(getattr(template, name) for name in columns)
+    cursor = SimpleNamespace(description=[SimpleNamespace(name=name) for name in columns])
+    [built] = actions_from_tuples(cast(Any, cursor), [row])
+    assert built == template
+    assert replace(built, status="published").status == "published"
+    with pytest.raises(FrozenInstanceError):
+        built.status = "failed"  # type: ignore[misc]
 
 
 def test_message_bodies_round_trip_and_foreign_ones_are_refused():

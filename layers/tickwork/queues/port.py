@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -51,14 +52,26 @@ class DecodedBody:
     due_at: datetime
 
 
+# The body `OutgoingMessage.body` writes for a plain type name: read without a JSON parse.
+# Its strings hold no quote or backslash, so they are what json.loads would give.
+_PLAIN_BODY = re.compile(
+    r'\{"id": "([0-9a-f-]{36})", "type": "([A-Za-z_][A-Za-z0-9_]*)", "due_at": "([^"\\]*)"\}'
+)
+
+
 def decode_body(body: str) -> DecodedBody | None:
     """The message body, or None when it is not one of ours."""
     try:
-        data = json.loads(body)
-        due_at = datetime.fromisoformat(data["due_at"])
-        if due_at.tzinfo is None or not isinstance(data["type"], str):
+        plain = _PLAIN_BODY.fullmatch(body)
+        if plain is not None:
+            action_id, action_type, due = plain.groups()
+        else:
+            data = json.loads(body)
+            action_id, action_type, due = data["id"], data["type"], data["due_at"]
+        due_at = datetime.fromisoformat(due)
+        if due_at.tzinfo is None or not isinstance(action_type, str):
             return None
-        return DecodedBody(UUID(data["id"]), data["type"], due_at)
+        return DecodedBody(UUID(action_id), action_type, due_at)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
