@@ -87,9 +87,6 @@ class Settings(BaseModel):
     lookahead_seconds: int = Field(default=120, ge=0, le=900)
     tick_budget_seconds: float = Field(default=40.0, gt=0)
     tick_batch_size: int = Field(default=2000, gt=0)
-    # Connections the tick marks and sends on at once (SKIP LOCKED keeps their rows
-    # disjoint): a burst's marking overlaps the queue sends and the dispatchers' work.
-    tick_lanes: int = Field(default=2, ge=1, le=8)
     stuck_timeout_seconds: int = Field(default=900, gt=0)
     redelivery_timeout_seconds: int = Field(default=900, gt=0)
 

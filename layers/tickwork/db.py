@@ -200,15 +200,6 @@ class Database:
         return conn
 
     @contextmanager
-    def own_connection(self) -> Iterator[Connection]:
-        """A connection of its own, closed after the block: for a thread living one run."""
-        conn = connect_limited(self.url, self.limits)
-        try:
-            yield conn
-        finally:
-            conn.close()
-
-    @contextmanager
     def transaction(self) -> Iterator[Connection]:
         conn = self.connection()
         with conn.transaction():

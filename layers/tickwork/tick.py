@@ -17,8 +17,6 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -208,24 +206,23 @@ def release_enqueued(conn: Connection, settings: Settings) -> int:
     return len(rows)
 
 
-@dataclass
-class _Drained:
-    enqueued: dict[str, int] = field(default_factory=dict)
-    send_failures: int = 0
-    passes: int = 0
-
-
-def drain(
+def run_tick(
     conn: Connection,
     queues: QueuePort,
     settings: Settings,
-    action_types: Collection[str],
-    deadline: float,
-    clock: Callable[[], datetime],
-) -> _Drained:
-    """Mark and send due rows, pass after pass, until none is due within the look-ahead,
-    the queue refuses, or `deadline` (time.monotonic) passes."""
-    drained = _Drained()
+    *,
+    budget_seconds: float | None = None,
+    clock: Callable[[], datetime] = utcnow,
+) -> TickSummary:
+    started = time.monotonic()
+    deadline = started + (budget_seconds or settings.tick_budget_seconds)
+    summary = TickSummary(dispatch_enabled=settings.dispatch_enabled)
+    if not settings.dispatch_enabled:
+        return summary
+    action_types = active_action_types(settings)
+    summary.recovered = recover_stuck(conn, settings)
+    summary.expired = expire_late(conn, settings, action_types)
+    summary.redelivered = release_lost(conn, settings)
     lookahead = timedelta(seconds=settings.lookahead_seconds)
     # Rows behind the cursor that become due meanwhile (a backoff, a late creation) were
     # handed to their queue by enqueue_soon, or are the next run's first pass.
@@ -240,52 +237,13 @@ def drain(
                 break
             sent, failed = send_rows(conn, queues, rows, now)
         after = (rows[-1].due_at, rows[-1].id)
-        drained.passes += 1
+        summary.passes += 1
         for action_type, count in sent.items():
-            drained.enqueued[action_type] = drained.enqueued.get(action_type, 0) + count
+            summary.enqueued[action_type] = summary.enqueued.get(action_type, 0) + count
         if failed:
             # The queue is refusing: leave the rest for the next tick rather than spin.
-            drained.send_failures += len(failed)
+            summary.send_failures += len(failed)
             break
-    return drained
-
-
-def run_tick(
-    conn: Connection,
-    queues: QueuePort,
-    settings: Settings,
-    *,
-    budget_seconds: float | None = None,
-    clock: Callable[[], datetime] = utcnow,
-    lane_connection: Callable[[], AbstractContextManager[Connection]] | None = None,
-) -> TickSummary:
-    """One tick run. With `lane_connection` (a connection of its own per call), it drains
-    on `settings.tick_lanes` connections at once."""
-    started = time.monotonic()
-    deadline = started + (budget_seconds or settings.tick_budget_seconds)
-    summary = TickSummary(dispatch_enabled=settings.dispatch_enabled)
-    if not settings.dispatch_enabled:
-        return summary
-    action_types = active_action_types(settings)
-    summary.recovered = recover_stuck(conn, settings)
-    summary.expired = expire_late(conn, settings, action_types)
-    summary.redelivered = release_lost(conn, settings)
-    lanes = settings.tick_lanes if lane_connection is not None else 1
-
-    def lane() -> _Drained:
-        assert lane_connection is not None
-        with lane_connection() as own:
-            return drain(own, queues, settings, action_types, deadline, clock)
-
-    with ThreadPoolExecutor(max_workers=max(1, lanes - 1)) as pool:
-        others = [pool.submit(lane) for _ in range(lanes - 1)]
-        results = [drain(conn, queues, settings, action_types, deadline, clock)]
-        results += [future.result() for future in others]
-    for result in results:
-        summary.passes += result.passes
-        summary.send_failures += result.send_failures
-        for action_type, count in result.enqueued.items():
-            summary.enqueued[action_type] = summary.enqueued.get(action_type, 0) + count
     summary.elapsed_seconds = time.monotonic() - started
     return summary
 
@@ -312,9 +270,8 @@ TICK_MARGIN_SECONDS = 5.0
 def handle_tick(context: LambdaContext, runtime: Runtime) -> dict[str, Any]:
     budget = run_budget(context, runtime.settings.tick_budget_seconds, TICK_MARGIN_SECONDS)
     summary = run_tick(
-        runtime.db.connection(), runtime.queues, runtime.settings, budget_seconds=budget,
-        lane_connection=runtime.db.own_connection,
-    )  # fmt: skip
+        runtime.db.connection(), runtime.queues, runtime.settings, budget_seconds=budget
+    )
     emit_metrics(summary)
     logger.info("tick", extra=summary.as_dict())
     return summary.as_dict()

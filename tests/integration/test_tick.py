@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 
 from tests.engine import RecordingQueues, row, seed, statuses
 from tickwork.config import ActionTypeConfig, Settings
-from tickwork.db import Connection, connect
+from tickwork.db import connect
 from tickwork.tick import run_tick
 
 
@@ -169,29 +167,3 @@ def test_concurrent_ticks_never_enqueue_a_row_twice(database_url, conn, workspac
     counts = Counter(queues.ids())
     assert set(counts) == set(ids)
     assert max(counts.values()) == 1
-
-
-def test_lanes_drain_together_and_enqueue_each_row_once(
-    database_url, conn, workspace, settings, now
-):
-    ids = seed(conn, workspace, 3000, now - timedelta(seconds=1))
-    queues = RecordingQueues()
-    opened: list[Connection] = []
-
-    @contextmanager
-    def lane_connection() -> Iterator[Connection]:
-        with connect(database_url) as own:
-            opened.append(own)
-            yield own
-
-    three_lanes = settings.model_copy(update={"tick_batch_size": 100, "tick_lanes": 3})
-    summary = run_tick(conn, queues, three_lanes, lane_connection=lane_connection)
-    # Two more connections marked beside the tick's own, each row once among them
-    assert len(opened) == 2
-    counts = Counter(queues.ids())
-    assert set(counts) == set(ids)
-    assert max(counts.values()) == 1
-    assert summary.enqueued == {"log": 3000}
-    assert summary.passes >= 30
-    assert all(own.closed for own in opened)
-    assert run_tick(conn, RecordingQueues(), three_lanes, lane_connection=lane_connection).due == 0
