@@ -190,6 +190,7 @@ def operations(conn: Connection, workspace: Any) -> dict[str, tuple[Operation, S
         return run
 
     def counts(c: Connection, _: Any) -> object:
+        c.execute(calendar.SMALL_READS)  # as /v1/stats and `tickwork status` read them
         return rollup.counts(c, workspace)
 
     def scanned_stats(c: Connection, _: Any) -> object:

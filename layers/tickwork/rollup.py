@@ -103,7 +103,9 @@ def _consistent(
 
 
 def counts(conn: Connection, workspace_id: UUID | None) -> list[dict[str, Any]]:
-    """Rows by (status, action_type), ordered so; `None` counts every workspace."""
+    """Rows by (status, action_type), ordered so; `None` counts every workspace. Run it in a
+    transaction under calendar.SMALL_READS, as its callers do: its rows in flight are a
+    range of the due index the planner overestimates (finished rows count as due)."""
     return [
         {"status": status, "action_type": action_type, "count": count}
         for status, action_type, count, _ in _consistent(conn, _COUNTS, workspace_id, 3)
