@@ -1,16 +1,21 @@
-"""Helpers for engine tests: a recording queue port, seeding rows, draining queues."""
+"""Helpers for engine tests: a recording queue port, seeding rows, ageing claims, a webhook
+provider against a fake receiver, draining queues."""
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from tests.fakes import LOOPBACK
+from tests.fakes.webhook_server import SECRET, FakeWebhookServer, fake_webhook_server
 from tickwork.db import Connection
 from tickwork.dispatch import Dispatcher, DispatchSummary
+from tickwork.providers.webhook import WebhookProvider
 from tickwork.queues.memory import InProcessQueues
 from tickwork.queues.port import OutgoingMessage
 from tickwork.runtime import Runtime
@@ -55,6 +60,31 @@ def seed(
         {"ws": workspace, "type": action_type, "at": publish_at, "step": step, "n": count},
     ).fetchall()
     return [row[0] for row in rows]
+
+
+def claimed_an_hour_ago(conn: Connection, ids: Sequence[UUID] | None = None) -> None:
+    """Move the claim (and the mark before it) of these rows, or of every row, an hour
+    back: past the stuck and reclaim timeouts, as if its dispatcher had died."""
+    conn.execute(
+        "update scheduled_actions set submitted_at = now() - interval '1 hour',"
+        " enqueued_at = now() - interval '1 hour'"
+        " where %(ids)s::uuid[] is null or id = any(%(ids)s::uuid[])",
+        {"ids": None if ids is None else list(ids)},
+    )
+
+
+@contextmanager
+def webhook_receiver(runtime: Runtime, max_attempts: int) -> Iterator[FakeWebhookServer]:
+    """A fake receiver, and the runtime's `webhook` type sending to it with short backoffs."""
+    with fake_webhook_server() as server:
+        options = {"endpoints": {"primary": {"url": server.url, "secret": SECRET}}}
+        runtime.providers.register(
+            "webhook", WebhookProvider(options, timeout=0.5, policy=LOOPBACK)
+        )
+        runtime.settings = runtime.settings.model_copy(
+            update={"backoff_base_seconds": 0.05, "max_attempts": max_attempts}
+        )
+        yield server
 
 
 def statuses(conn: Connection) -> dict[str, int]:

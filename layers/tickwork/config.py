@@ -26,7 +26,7 @@ PARAMETER_MAX_AGE_SECONDS = 300
 ACTION_TYPE_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
 # A claimed row was due within the clock-skew tolerance of its claim, so a bound on the
 # tolerance bounds how far ahead a claimed row's due time can be: the due-index ranges
-# that find claimed and enqueued rows (tick.in_flight_due_within) end there.
+# that find claimed and enqueued rows (Settings.in_flight_due_within) end there.
 MAX_CLOCK_SKEW_TOLERANCE_SECONDS = 60.0
 
 

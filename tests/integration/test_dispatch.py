@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.engine import drain, row, seed, statuses
+from tests.engine import claimed_an_hour_ago, drain, row, seed, statuses, webhook_receiver
 from tests.fakes import LOOPBACK
-from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
+from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply
 from tests.handlers import FakeLambdaContext, load_handler
 from tickwork import runtime as runtime_slot
 from tickwork.actions import Action
@@ -168,11 +168,7 @@ def test_a_dispatcher_that_died_after_claiming_leaves_a_stuck_row_never_resent(
     run_tick(conn, runtime.queues, runtime.settings)
     # Given a dispatcher claimed the row and died before calling the provider
     assert actions.claim(conn, "log", [action_id])
-    conn.execute(
-        "update scheduled_actions set submitted_at = now() - interval '1 hour',"
-        " enqueued_at = now() - interval '1 hour' where id = %s",
-        (action_id,),
-    )
+    claimed_an_hour_ago(conn, [action_id])
     # When the tick recovers zombies and the message is delivered again
     assert run_tick(conn, runtime.queues, runtime.settings).recovered == 1
     drain(runtime)
@@ -264,14 +260,7 @@ def test_exactly_once_under_contention(database_url, conn, workspace, runtime, n
 
 @pytest.fixture
 def hook(runtime) -> Iterator[FakeWebhookServer]:
-    with fake_webhook_server() as server:
-        options = {"endpoints": {"primary": {"url": server.url, "secret": SECRET}}}
-        runtime.providers.register(
-            "webhook", WebhookProvider(options, timeout=0.5, policy=LOOPBACK)
-        )
-        runtime.settings = runtime.settings.model_copy(
-            update={"backoff_base_seconds": 0.05, "max_attempts": 3}
-        )
+    with webhook_receiver(runtime, max_attempts=3) as server:
         yield server
 
 

@@ -18,7 +18,7 @@ from uuid import UUID
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
-from tests.engine import RecordingQueues, row, seed, statuses
+from tests.engine import RecordingQueues, claimed_an_hour_ago, row, seed, statuses
 from tests.fakes import LOOPBACK
 from tests.fakes.db_proxy import DbProxy, db_proxy
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
@@ -132,10 +132,7 @@ def test_a_row_stuck_without_an_outcome_says_where_to_look_before_a_retry(
 
     [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
     assert actions.claim(conn, "log", [action_id])
-    conn.execute(
-        "update scheduled_actions set submitted_at = now() - interval '1 hour',"
-        " enqueued_at = now() - interval '1 hour'"
-    )
+    claimed_an_hour_ago(conn)
     assert recover_stuck(conn, runtime.settings) == 1
     assert "outcome unwritten" in row(conn, action_id)["last_error"]
 
@@ -197,10 +194,7 @@ def test_a_claim_retried_after_an_error_keeps_the_message_of_a_row_it_may_have_c
     # Then its message is not dropped: it comes back after reclaim_after
     assert result.uncertain_message_ids == ["m1"]
     # And then claims the row again (the provider deduplicates) and publishes it
-    conn.execute(
-        "update scheduled_actions set submitted_at = now() - interval '1 hour',"
-        " enqueued_at = now() - interval '1 hour'"
-    )
+    claimed_an_hour_ago(conn)
     again = Dispatcher(outage).dispatch([("m1", body(action_id, now))])
     assert again.summary.published == 1
     assert row(conn, action_id)["status"] == "published"
@@ -407,11 +401,7 @@ def test_a_row_left_submitted_by_a_dead_dispatcher_is_claimed_again_by_its_messa
     # Given a dispatcher claimed two rows long ago and died; a third was claimed just now
     ids = seed(conn, workspace, 3, now - timedelta(seconds=1))
     assert len(actions.claim(conn, "log", ids)) == 3
-    conn.execute(
-        "update scheduled_actions set submitted_at = now() - interval '1 hour',"
-        " enqueued_at = now() - interval '1 hour' where id = any(%s)",
-        (ids[:2],),
-    )
+    claimed_an_hour_ago(conn, ids[:2])
     # When their messages come back (the dead dispatcher never deleted them)
     result = Dispatcher(runtime).dispatch([(f"m{i}", body(x, now)) for i, x in enumerate(ids)])
     # Then the provider, which deduplicates, gets the old two again; the live claim is left
@@ -434,10 +424,7 @@ def test_a_provider_that_cannot_deduplicate_never_gets_a_dead_claim_again(
     runtime.providers.register("log", provider)
     [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
     assert actions.claim(conn, "log", [action_id])
-    conn.execute(
-        "update scheduled_actions set submitted_at = now() - interval '1 hour',"
-        " enqueued_at = now() - interval '1 hour'"
-    )
+    claimed_an_hour_ago(conn)
     result = Dispatcher(runtime).dispatch([("m", body(action_id, now))])
     assert (result.summary.claimed, result.summary.skipped) == (0, 1)
     assert row(conn, action_id)["status"] == "submitted"  # the tick fails it as stuck

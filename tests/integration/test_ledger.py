@@ -14,14 +14,12 @@ from uuid import UUID
 import pytest
 from psycopg.rows import dict_row
 
-from tests.engine import drain, row, seed
-from tests.fakes import LOOPBACK
-from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
+from tests.engine import claimed_an_hour_ago, drain, row, seed, webhook_receiver
+from tests.fakes.webhook_server import FakeWebhookServer, Reply
 from tickwork import actions
 from tickwork.actions import Attempt
 from tickwork.dispatch import Dispatcher
 from tickwork.ledger.attempts import attempts_by_action
-from tickwork.providers.webhook import WebhookProvider
 from tickwork.queues.port import OutgoingMessage
 from tickwork.tick import recover_stuck, run_tick
 
@@ -46,14 +44,7 @@ def ledger(conn: Any, action_id: UUID | None = None) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def hook(runtime) -> Iterator[FakeWebhookServer]:
-    with fake_webhook_server() as server:
-        options = {"endpoints": {"primary": {"url": server.url, "secret": SECRET}}}
-        runtime.providers.register(
-            "webhook", WebhookProvider(options, timeout=0.5, policy=LOOPBACK)
-        )
-        runtime.settings = runtime.settings.model_copy(
-            update={"backoff_base_seconds": 0.05, "max_attempts": 5}
-        )
+    with webhook_receiver(runtime, max_attempts=5) as server:
         yield server
 
 
@@ -132,10 +123,7 @@ def test_a_zombie_is_recorded_stuck_and_a_late_outcome_replaces_it(conn, workspa
     # Given a row claimed by a dispatcher that never wrote its outcome
     [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
     assert actions.claim(conn, "log", [action_id])
-    conn.execute(
-        "update scheduled_actions set submitted_at = now() - interval '1 hour',"
-        " enqueued_at = now() - interval '1 hour'"
-    )
+    claimed_an_hour_ago(conn)
     # When the tick recovers it
     assert recover_stuck(conn, runtime.settings) == 1
     [entry] = ledger(conn, action_id)

@@ -17,7 +17,7 @@ from uuid import UUID
 import pytest
 from psycopg.rows import dict_row
 
-from tests.engine import drain, row
+from tests.engine import claimed_an_hour_ago, drain, row
 from tests.fakes import LOOPBACK
 from tests.fakes.db_proxy import DbProxy, db_proxy
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
@@ -158,10 +158,7 @@ def test_a_delivery_whose_outcome_was_lost_ends_published_with_no_second_copy(
         proxy.restore()
         outage.db.close()
     # And the tick recovered it as stuck
-    conn.execute(
-        "update scheduled_actions set submitted_at = now() - interval '1 hour',"
-        " enqueued_at = now() - interval '1 hour'"
-    )
+    claimed_an_hour_ago(conn)
     assert recover_stuck(conn, runtime.settings) == 1
     assert row(conn, action_id)["error_code"] == "stuck"
     # When the resolver runs
@@ -251,10 +248,7 @@ def test_absent_after_the_grace_is_sent_once_more_and_only_once(
     )  # fmt: skip
     # When the receiver's log is (say) wiped, so the lookup says absent again
     hook.requests.clear()
-    conn.execute(
-        "update scheduled_actions set submitted_at = now() - interval '1 hour',"
-        " enqueued_at = now() - interval '1 hour'"
-    )
+    claimed_an_hour_ago(conn)
     summary = resolve_unsettled(conn, runtime)
     # Then it stays for a person: the resolver's one retry is spent
     assert summary.unresolved == {"webhook": 1}
