@@ -49,6 +49,8 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from tickwork.queues.shared import QueueService, RemoteQueues
+
 ACTION_TYPE = "webhook"
 LATENESS_ALLOWANCE_SECONDS = 30.0
 
@@ -96,45 +98,19 @@ class ChaosPlan:
 # ------------------------------------------------------------------ the shared queue
 
 
-class _QueueServer:
-    """Lives in the manager process: the in-process queue, shared through the manager."""
-
-    def __init__(self, visibility_timeout: float) -> None:
-        from tickwork.queues.memory import InProcessQueues
-
-        self.queues = InProcessQueues(visibility_timeout=visibility_timeout, max_receive_count=50)
-
-    def send(self, action_type: str, entries: list[tuple[str, float]]) -> None:
-        self.queues.queue(action_type).send_many(entries)
-
-    def receive(
-        self, action_type: str, max_messages: int, wait: float
-    ) -> list[tuple[str, str, str, int, float]]:
-        messages = self.queues.queue(action_type).receive(max_messages, wait_seconds=wait)
-        return [
-            (m.message_id, m.body, m.receipt_handle, m.receive_count, m.sent_at) for m in messages
-        ]
-
-    def delete(self, action_type: str, handles: list[str]) -> None:
-        self.queues.queue(action_type).delete(handles)
-
-    def change_visibility(self, action_type: str, changes: list[tuple[str, int]]) -> int:
-        queue = self.queues.queue(action_type)
-        return sum(queue.change_visibility(handle, seconds) for handle, seconds in changes)
-
-    def dead_letters(self, action_type: str) -> int:
-        return len(self.queues.queue(action_type).dead_letters)
-
-
 class _Slot:
-    server: _QueueServer | None = None
+    server: QueueService | None = None
 
 
 def _init_server(visibility_timeout: float) -> None:
-    _Slot.server = _QueueServer(visibility_timeout)
+    """In the manager process: the in-process queue, shared through the manager."""
+    from tickwork.queues.memory import InProcessQueues
+
+    queues = InProcessQueues(visibility_timeout=visibility_timeout, max_receive_count=50)
+    _Slot.server = QueueService(queues)
 
 
-def _get_server() -> _QueueServer:
+def _get_server() -> QueueService:
     assert _Slot.server is not None
     return _Slot.server
 
@@ -146,30 +122,21 @@ class QueueManager(BaseManager):
 QueueManager.register("queue_server", callable=_get_server)
 
 
-class SharedQueuePort:
+class SharedQueuePort(RemoteQueues):
     """The queue port over the shared queue; every message is sent `copies` times."""
 
     def __init__(
         self, server: Any, copies: int = 2, before_send: Callable[[], None] = lambda: None
     ):
-        self.server = server
+        super().__init__(server)
         self.copies = copies
         self.before_send = before_send
 
     def send(self, action_type: str, messages: Sequence[Any]) -> list[UUID]:
         self.before_send()
-        now = time.time()
-        entries = [(m.body(), m.due_at.timestamp() - now) for m in messages]
         for _ in range(self.copies):
-            self.server.send(action_type, entries)
+            super().send(action_type, messages)
         return []
-
-    def change_visibility(self, action_type: str, changes: Sequence[Any]) -> int:
-        return int(
-            self.server.change_visibility(
-                action_type, [(c.receipt_handle, c.seconds) for c in changes]
-            )
-        )
 
 
 # ------------------------------------------------------------------ worker processes

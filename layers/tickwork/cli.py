@@ -143,6 +143,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
         on_arrival=lambda arrival: print(sandbox.describe(arrival), flush=True),
         # Connections' credentials, kept in the data directory (readable by its owner only).
         secrets=FileSecretStore(root / "secrets.json"),
+        # Both cores on a burst: the tick marks and sends while the dispatchers work.
+        tick_process=True,
     )
     local.start()
     DevServer(

@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from tickwork import workspaces
 from tickwork.config import Settings
+from tickwork.db import connect
 from tickwork.local.auth import LocalJwt
 from tickwork.local.demo import demo_client, seed_demo, watch
 from tickwork.local.paths import data_dir, dev_record_file
 from tickwork.local.runner import LocalRuntime
+from tickwork.providers.log import LogProvider
 
 TICKWORK = [sys.executable, "-m", "tickwork.cli"]
 
@@ -141,3 +144,56 @@ def test_tickwork_dev_and_demo_as_a_user_runs_them(dev_process, database_url, tm
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=30) == 0
     assert not dev_record_file(data_dir()).exists()
+
+
+def insert_due(database_url: str, count: int, seconds_from_now: float) -> None:
+    """`count` log rows due together, written behind the API's back (the API would hand a
+    row due this soon to its queue itself): only a tick can send them."""
+    with connect(database_url) as conn:
+        workspace, _ = workspaces.ensure(conn, "Ticks")
+        conn.execute(
+            "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
+            " select %s, 'log', 't' || g, now() + make_interval(secs => %s)"
+            " from generate_series(1, %s) g",
+            (workspace, seconds_from_now, count),
+        )
+
+
+def wait_until(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("tick_process", [False, True], ids=["tick_thread", "tick_process"])
+def test_a_triggered_tick_sends_due_rows_once_each(database_url, tmp_path, tick_process):
+    jwt = LocalJwt(tmp_path / "jwt-secret")
+    provider = LogProvider({"quiet": True})
+    local = LocalRuntime(
+        database_url, Settings(), tick_interval=3600, jwt=jwt, batch_size=50,
+        tick_process=tick_process,
+    )  # fmt: skip
+    local.runtime.providers.register("log", provider)
+    with local:
+        # Given a runtime whose first tick found nothing, and whose next is an hour away
+        wait_until(lambda: len(local.ticks) == 1)
+        assert local.ticks[0]["enqueued"] == 0
+        if tick_process:
+            assert local.tick_pid not in (None, os.getpid())
+        # When 300 rows fall due and the tick is triggered
+        insert_due(database_url, 300, 0.5)
+        local.trigger_tick()
+        wait_until(lambda: len(local.ticks) == 2)
+        # Then that tick sent them all, through the runtime's own queue, and each fired once
+        assert local.ticks[1]["enqueued"] == 300
+        wait_until(lambda: len(provider.deliveries) >= 300)
+        time.sleep(0.3)  # a duplicate would arrive meanwhile
+        assert len({d.action_id for d in provider.deliveries}) == len(provider.deliveries) == 300
+        assert local.queues.queue("log").depth()["in_flight"] == 0
+        pid = local.tick_pid
+    # And stopping the runtime stops its tick process
+    if tick_process:
+        assert pid is not None
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -19,11 +19,13 @@ import gc
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
 import threading
 import time
 import warnings
 from collections.abc import Callable
+from multiprocessing.queues import SimpleQueue
 from typing import Any, TypeVar
 
 from tickwork import migrate, runtime, tick
@@ -57,6 +59,7 @@ TICK_TIMEOUT_SECONDS = 60.0
 EXPANDER_TIMEOUT_SECONDS = 300.0
 RECONCILER_TIMEOUT_SECONDS = 60.0
 RESOLVER_TIMEOUT_SECONDS = 60.0
+CRONS = ("tick", "expander", "reconciler", "resolver")
 
 # A burst makes and drops a handful of objects per row by the hundred thousand (messages,
 # events, claimed rows, outcomes). At the collector's default (a pass every 700 allocations
@@ -157,8 +160,11 @@ class LocalRuntime:
         on_delivery: Callable[[ReceivedWebhook], None] | None = None,
         on_arrival: Callable[[Arrival], None] | None = None,
         secrets: SecretStore | None = None,
+        tick_process: bool = False,
     ) -> None:
         self.database_url = database_url
+        # The tick in a process of its own (local/tick_process.py): both cores on a burst.
+        self.tick_process = tick_process
         self.tick_interval = tick_interval
         self.expander_interval = expander_interval
         self.reconciler_interval = reconciler_interval
@@ -201,7 +207,9 @@ class LocalRuntime:
             self.receiver.server.server_close()
             raise
         self._stop = threading.Event()
+        self._wake = {name: threading.Event() for name in CRONS}
         self._threads: list[threading.Thread] = []
+        self._tick_child: TickChild | None = None
         self._gc_thresholds = gc.get_threshold()
         # What each cron run returned, for tests and the benchmark.
         self.ticks: list[dict[str, Any]] = []
@@ -232,8 +240,11 @@ class LocalRuntime:
         self.receiver.start()
         self.sandbox.start()
         self.api.start()
-        self._spawn("tick", self._cron, "tick", self.tick_interval, TICK_TIMEOUT_SECONDS,
-                    self.ticks)  # fmt: skip
+        if self.tick_process:
+            self._tick_child = TickChild(self, self.queues).start()
+        else:
+            self._spawn("tick", self._cron, "tick", self.tick_interval, TICK_TIMEOUT_SECONDS,
+                        self.ticks)  # fmt: skip
         self._spawn("expander", self._cron, "expander", self.expander_interval,
                     EXPANDER_TIMEOUT_SECONDS, self.expansions)  # fmt: skip
         self._spawn("reconciler", self._cron, "reconciler", self.reconciler_interval,
@@ -245,8 +256,26 @@ class LocalRuntime:
                 self._spawn(f"dispatch-{action_type}-{worker}", self._poll, action_type)
         return self
 
+    @property
+    def tick_pid(self) -> int | None:
+        """The tick process's pid, when the tick runs in one."""
+        return self._tick_child.process.pid if self._tick_child is not None else None
+
+    def trigger_tick(self) -> None:
+        """Run the tick now, as if its EventBridge rule fired (after the run in progress,
+        if one is)."""
+        if self._tick_child is not None:
+            self._tick_child.wake.set()
+        else:
+            self._wake["tick"].set()
+
     def stop(self) -> None:
         self._stop.set()
+        for wake in self._wake.values():
+            wake.set()
+        if self._tick_child is not None:
+            self._tick_child.stop()
+            self._tick_child = None
         for thread in self._threads:
             thread.join(timeout=DISPATCHER_TIMEOUT_SECONDS)
         self.receiver.stop()
@@ -305,7 +334,8 @@ class LocalRuntime:
                 )
             except Exception:
                 log.exception("%s failed", name)
-            self._stop.wait(interval)
+            self._wake[name].wait(interval)
+            self._wake[name].clear()
 
     def _poll(self, action_type: str) -> None:
         handler = handlers.load("dispatcher")
@@ -325,3 +355,55 @@ class LocalRuntime:
                 log.exception("dispatcher failed")
                 failed = {message.message_id for message in messages}
             queue.delete([m.receipt_handle for m in messages if m.message_id not in failed])
+
+
+class TickChild:
+    """The tick's process (tick_process.run_ticks), sending through a QueueHost of the
+    runtime's queues; its summaries are appended to the runtime's `ticks`."""
+
+    def __init__(self, local: LocalRuntime, queues: InProcessQueues) -> None:
+        from tickwork.local.tick_process import TickProcessSpec, run_ticks
+        from tickwork.queues.shared import QueueHost, QueueService
+
+        context = multiprocessing.get_context("spawn")  # no fork of a threaded process
+        self.host = QueueHost(QueueService(queues)).start()
+        self.stop_event = context.Event()
+        self.wake = context.Event()
+        self.results: SimpleQueue[dict[str, Any] | None] = context.SimpleQueue()
+        spec = TickProcessSpec(
+            database_url=local.database_url,
+            settings_json=local.settings.model_dump_json(),
+            queue_address=self.host.address,
+            queue_authkey=self.host.authkey,
+            interval=local.tick_interval,
+            timeout=TICK_TIMEOUT_SECONDS,
+            gc_thresholds=GC_THRESHOLDS,
+        )
+        self.process = context.Process(
+            target=run_ticks, args=(spec, self.stop_event, self.wake, self.results),
+            name="tickwork-tick", daemon=True,
+        )  # fmt: skip
+        self.collector = threading.Thread(
+            target=self._collect, args=(local.ticks,), name="tick-results", daemon=True
+        )
+
+    def start(self) -> TickChild:
+        self.process.start()
+        self.collector.start()
+        return self
+
+    def _collect(self, ticks: list[dict[str, Any]]) -> None:
+        while (summary := self.results.get()) is not None:
+            ticks.append(summary)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.wake.set()
+        self.process.join(timeout=TICK_TIMEOUT_SECONDS)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        if self.collector.is_alive():
+            self.results.put(None)  # the child died before saying it stopped
+        self.collector.join(timeout=5)
+        self.host.close()

@@ -1,0 +1,75 @@
+"""The local runtime's tick in a process of its own, so that on a burst its marking and
+sending run on the other core instead of waiting for the dispatchers' turn at the
+interpreter (one process runs one thread of Python at a time). It calls the same Lambda
+handler, every `interval` seconds or when woken, and sends through the runtime's queues
+(QueueHost): the queue and its SQS semantics stay in the runtime's process."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import multiprocessing
+import multiprocessing.synchronize
+import signal
+from dataclasses import dataclass
+from multiprocessing.queues import SimpleQueue
+from typing import Any
+
+log = logging.getLogger("tickwork.local")
+
+
+@dataclass(frozen=True)
+class TickProcessSpec:
+    database_url: str
+    settings_json: str  # Settings as JSON (what crosses a process boundary intact)
+    queue_address: tuple[str, int]
+    queue_authkey: bytes
+    interval: float
+    timeout: float
+    gc_thresholds: tuple[int, int, int]
+
+
+def run_ticks(
+    spec: TickProcessSpec,
+    stop: multiprocessing.synchronize.Event,
+    wake: multiprocessing.synchronize.Event,
+    results: SimpleQueue[dict[str, Any] | None],
+) -> None:
+    """The child's loop: a tick now, then one every `interval` or when `wake` is set; each
+    summary goes to `results`, and None when it stops."""
+    from tickwork import runtime
+    from tickwork.config import Settings
+    from tickwork.connections.secrets import MemorySecretStore
+    from tickwork.db import Database, SessionLimits
+    from tickwork.local import handlers
+    from tickwork.local.runner import quiet_powertools
+    from tickwork.providers import ProviderRegistry
+    from tickwork.queues.shared import QueueConnection, RemoteQueues
+
+    # Ctrl-C reaches the whole process group; the runtime stops this process itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet_powertools()
+    gc.set_threshold(*spec.gc_thresholds)
+    settings = Settings.model_validate_json(spec.settings_json)
+    queues = QueueConnection(spec.queue_address, spec.queue_authkey)
+    db = Database(spec.database_url, SessionLimits.of(settings))
+    # The tick reads no secrets and calls no provider.
+    runtime.install(runtime.Runtime(
+        settings=settings, db=db, queues=RemoteQueues(queues),
+        providers=ProviderRegistry(settings), secrets=MemorySecretStore(),
+    ))  # fmt: skip
+    handler = handlers.load("tick")
+    try:
+        while not stop.is_set():
+            try:
+                results.put(
+                    handler({"source": "aws.events"}, handlers.LocalContext("tick", spec.timeout))
+                )
+            except Exception:
+                log.exception("tick failed")
+            wake.wait(spec.interval)
+            wake.clear()
+    finally:
+        results.put(None)
+        db.close()
+        queues.close()
