@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -123,22 +123,40 @@ def measured(stages: Stages) -> Iterator[None]:
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) process `pid` of this machine has used; None when it
+    is not on this machine (or gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def backend_cpu_seconds(conn: Connection) -> float | None:
-    """CPU seconds (user + system) the Postgres backends of the bench database have used
-    since they started; None when the server is not on this machine."""
+    """CPU seconds the Postgres backends of the bench database have used since they
+    started; None when the server is not on this machine."""
     pids = [row[0] for row in conn.execute(
         "select pid from pg_stat_activity where datname = current_database()"
         " and pid <> pg_backend_pid()"
     ).fetchall()]  # fmt: skip
-    ticks = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+        seconds = cpu_seconds(pid)
+        if seconds is None:
             return None
-        total += (int(fields[11]) + int(fields[12])) / ticks
+        total += seconds
     return total
+
+
+def transactions(conn: Connection) -> int:
+    """Transactions of the bench database so far, by Postgres's count (every process's)."""
+    conn.execute("select pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "select xact_commit + xact_rollback from pg_stat_database"
+        " where datname = current_database()"
+    ).fetchone()
+    return int(row[0]) if row else 0
 
 
 class HorizonWatch:
@@ -190,6 +208,31 @@ def load_average() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
+def disk_sync_latency(directory: Path, seconds: float = 5.0) -> str:
+    """8 KB writes each made durable (fdatasync, as a commit's WAL flush is) for `seconds`
+    in `directory` (where the embedded server keeps its data): a disk that stalls now and
+    then shows in the lag of the commits waiting on it."""
+    latencies = []
+    fd, name = tempfile.mkstemp(dir=directory)
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            started = time.perf_counter()
+            os.pwrite(fd, b"\0" * 8192, 0)
+            os.fdatasync(fd)
+            latencies.append(time.perf_counter() - started)
+            time.sleep(0.005)
+    finally:
+        os.close(fd)
+        os.unlink(name)
+    latencies.sort()
+    p99 = latencies[int(0.99 * (len(latencies) - 1))]
+    slow = sum(latency > 0.05 for latency in latencies)
+    return (f"disk sync (8 KB + fdatasync in {directory}, {len(latencies):,} in {seconds:g} s):"
+            f" p50 {latencies[len(latencies) // 2] * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms, max"
+            f" {latencies[-1] * 1000:.1f} ms, {slow} over 50 ms")  # fmt: skip
+
+
 def prepare_database(admin_url: str) -> str:
     with psycopg.connect(admin_url, autocommit=True) as admin:
         name = sql.Identifier(BENCH_DATABASE)
@@ -208,6 +251,9 @@ def reset(conn: Connection) -> Any:
 
 
 def insert_rows(conn: Connection, workspace: Any, count: int, start: Any, spread: float) -> None:
+    """`count` rows due from `start`, spread over `spread` seconds. `start` must leave
+    time for the insert (see due_after_insert): rows that fell due while being written
+    would charge the insert to the drain."""
     conn.execute(
         "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
         " select %(ws)s, 'log', 't' || g,"
@@ -216,6 +262,20 @@ def insert_rows(conn: Connection, workspace: Any, count: int, start: Any, spread
         {"ws": workspace, "start": start, "spread": spread, "n": count},
     )
     conn.execute("vacuum analyze scheduled_actions")
+
+
+def due_after_insert(count: int, lead: float = 0.0) -> datetime:
+    """A due time `lead` seconds after the insert of `count` rows is over: the insert
+    and its vacuum take about 25 µs a row here; allowed twice that, and a second."""
+    return utcnow() + timedelta(seconds=lead + 1.0 + count / 20_000)
+
+
+def wait_until(moment: datetime, what: str) -> None:
+    """Sleep until `moment`; say so when the setup overran it (the figure is then long)."""
+    remaining = (moment - utcnow()).total_seconds()
+    if remaining < 0:
+        print(f"    (setup overran {what} by {-remaining:.2f} s: this drain includes it)")
+    time.sleep(max(0.0, remaining))
 
 
 def bench_settings(ledger: bool = True) -> Settings:
@@ -235,41 +295,49 @@ def wait_for(deliveries: list[Delivery], count: int, timeout: float) -> None:
 
 def run_engine(
     url: str, count: int, spread: float, workers: int, batch: int, lead: float,
-    ledger: bool = True,
+    ledger: bool = True, tick_process: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
-    """`count` rows due `lead` seconds after the runtime starts, spread over `spread`
-    seconds, through the local runtime's handlers. With a lead inside the look-ahead the
-    tick enqueues them ahead (the design case); with no lead they are already due when the
-    tick first sees them (rows created late, or after an outage)."""
+    """`count` rows due `lead` seconds after a tick, spread over `spread` seconds, through
+    the local runtime's handlers (already running, as after any deploy). With a lead inside
+    the look-ahead the tick enqueues them ahead (the design case); with no lead they fall
+    due as the tick runs (rows created late, or after an outage). `tick_process`: the tick
+    in its own process, as `tickwork dev` runs it, or in a thread beside the dispatchers."""
     with connect(url) as conn:
         workspace = reset(conn)
     local = LocalRuntime(
         url, bench_settings(ledger), tick_interval=3600, batch_size=batch,
-        workers_per_type=workers,
+        workers_per_type=workers, tick_process=tick_process,
     )  # fmt: skip
     provider = LogProvider({"quiet": True})
     local.runtime.providers.register("log", provider)
+    local.start()  # its first tick finds nothing
+    wait_for_ticks(local, 1)
     with connect(url) as conn:
-        due = utcnow() + timedelta(seconds=lead + 1)
+        due = due_after_insert(count, lead)
         insert_rows(conn, workspace, count, due, spread)
-    time.sleep(max(0.0, (due - timedelta(seconds=lead) - utcnow()).total_seconds()))
+    wait_until(due - timedelta(seconds=lead), "the tick")
     with connect(url) as conn:
         updates_before = row_updates(conn)
+        transactions_before = transactions(conn)
     stages = Stages()
     cpu_before = time.process_time()
+    tick_cpu_before = (cpu_seconds(local.tick_pid) if local.tick_pid else None) or 0.0
     with measured(stages), HorizonWatch(url) as horizon:
-        local.start()  # the tick runs at once
+        local.trigger_tick()
         wait_for(provider.deliveries, count, timeout=lead + spread + 600)
     python_cpu = time.process_time() - cpu_before
+    tick_cpu = (cpu_seconds(local.tick_pid) or 0.0) - tick_cpu_before if local.tick_pid else None
     with connect(url) as conn:
         postgres_cpu = backend_cpu_seconds(conn)
+    wait_for_ticks(local, 2)
     local.stop()
     time.sleep(0.5)  # the runtime's backends report their counts as they exit
     with connect(url) as conn:
         updates_after = row_updates(conn)
+        transactions_after = transactions(conn)
     deliveries = list(provider.deliveries)
     calls = [d.called_at for d in deliveries]
-    tick = local.ticks[0] if local.ticks else {}
+    tick = local.ticks[1]
     return {
         "delivered": len(deliveries),
         "distinct": len({d.action_id for d in deliveries}),
@@ -280,12 +348,23 @@ def run_engine(
         "lags": Lags.of(deliveries),
         "stages": stages,
         "python_cpu": python_cpu,
+        "tick_cpu": tick_cpu,
         "postgres_cpu": postgres_cpu,
+        # Less the watch's own samples, one transaction each.
+        "transactions": transactions_after - transactions_before - horizon.samples,
         "row_updates": updates_after[0] - updates_before[0],
         "hot_updates": updates_after[1] - updates_before[1],
         "horizon_held": horizon.held,
         "horizon_samples": horizon.samples,
     }
+
+
+def wait_for_ticks(local: LocalRuntime, count: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(local.ticks) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the tick ran {len(local.ticks)} times, not {count}")
+        time.sleep(0.01)
 
 
 def report_burst(title: str, count: int, result: dict[str, Any], workers: int, batch: int) -> None:
@@ -307,8 +386,10 @@ def report_costs(count: int, result: dict[str, Any]) -> None:
     print(f"    inside the statements: claim {stages.rate('claim'):,.0f} rows/s"
           f" ({stages.seconds['claim']:.2f} s), finalize {stages.rate('finalize'):,.0f} rows/s"
           f" ({stages.seconds['finalize']:.2f} s)")  # fmt: skip
-    print(f"    statements per action: {stages.statements / count:.4f}"
-          f" ({stages.statements:,} for {count:,})")  # fmt: skip
+    where = "sent by the dispatchers" if result["tick_cpu"] is not None else "sent by this process"
+    print(f"    statements per action {where}: {stages.statements / count:.4f}"
+          f" ({stages.statements:,} for {count:,}); transactions per action, every process"
+          f" (Postgres's count): {result['transactions'] / count:.4f}")  # fmt: skip
     updates, hot = result["row_updates"], result["hot_updates"]
     print(f"    row versions written per action: {updates / count:.2f}"
           f" ({hot / max(updates, 1):.0%} HOT: no index entry written)")  # fmt: skip
@@ -318,7 +399,11 @@ def report_costs(count: int, result: dict[str, Any]) -> None:
               " updates can be HOT on a shared server")  # fmt: skip
     pg = result["postgres_cpu"]
     pg_text = "not on this machine" if pg is None else f"{pg:.2f} s"
-    print(f"    CPU: Python process {result['python_cpu']:.2f} s, Postgres backends {pg_text},"
+    python = f"Python process {result['python_cpu']:.2f} s"
+    if result["tick_cpu"] is not None:
+        python = (f"Python: runtime process {result['python_cpu']:.2f} s, tick process"
+                  f" {result['tick_cpu']:.2f} s")  # fmt: skip
+    print(f"    CPU from the tick on: {python}, Postgres backends {pg_text},"
           f" over {result['drain_seconds']:.2f} s of drain")  # fmt: skip
 
 
@@ -330,8 +415,9 @@ def run_floor(
     kept as the text of a Postgres array, every row published)."""
     with connect(url) as conn:
         workspace = reset(conn)
-        start = utcnow()
+        start = due_after_insert(count)
         insert_rows(conn, workspace, count, start, 0)
+    wait_until(start, "the due time")
     mark, claim, finalize = (
         query("mark_due_enqueued"),
         query("claim_actions"),
@@ -391,8 +477,9 @@ def run_seed_baseline(url: str, count: int, workers: int) -> dict[str, Any]:
     each claimed, sent and finalized with its own statements, ticks back to back."""
     with connect(url) as conn:
         workspace = reset(conn)
-        start = utcnow()
+        start = due_after_insert(count)
         insert_rows(conn, workspace, count, start, 0)
+    wait_until(start, "the due time")
     provider = LogProvider({"quiet": True})
     local = threading.local()
 
@@ -444,6 +531,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1000, help="messages per dispatch (burst)")
     parser.add_argument("--lead", type=float, default=20.0,
                         help="seconds between the tick and the burst's due time")  # fmt: skip
+    parser.add_argument("--tick-in-thread", action="store_true",
+                        help="the tick in a thread beside the dispatchers, not in its own"
+                        " process")  # fmt: skip
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--skip-floor", action="store_true")
     parser.add_argument("--skip-spread", action="store_true")
@@ -462,8 +552,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         admin_url = server.url()
     url = prepare_database(admin_url)
     where = "the server at DATABASE_URL" if server is None else "an embedded Postgres"
-    print(f"tickwork bench on {where}, {os.cpu_count()} CPUs, in-process queue, log provider;"
-          f" load average {load_average()}")  # fmt: skip
+    tick = "its own process" if not args.tick_in_thread else "a thread of the runtime"
+    print(f"tickwork bench on {where}, {os.cpu_count()} CPUs, in-process queue, log provider,"
+          f" the tick in {tick}; load average {load_average()}\n"
+          f"{disk_sync_latency(Path(tempfile.gettempdir()))}")  # fmt: skip
 
     n, workers, batch = args.burst, args.workers, args.batch
     if args.ledger_compare:
@@ -472,43 +564,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     ledger = not args.ledger_off
     if not ledger:
         print("the delivery ledger is off (--ledger-off): no action_attempts rows")
-    ahead = run_engine(url, n, 0.0, workers, batch, lead=args.lead, ledger=ledger)
+    tick_process = not args.tick_in_thread
+    ahead = run_engine(url, n, 0.0, workers, batch, args.lead, ledger, tick_process)
     report_burst(f"(a) burst: {n:,} rows due at the same second, enqueued ahead by the tick",
                  n, ahead, workers, batch)  # fmt: skip
-    late = run_engine(url, n, 0.0, workers, batch, lead=0.0, ledger=ledger)
+    late = run_engine(url, n, 0.0, workers, batch, 0.0, ledger, tick_process)
     report_burst(f"(a') burst: {n:,} rows already due when the tick first sees them",
                  n, late, workers, batch)  # fmt: skip
 
     if not args.skip_spread:
         spread = run_engine(
-            url, args.spread_rows, args.spread_seconds, 2, 10, lead=3.0, ledger=ledger
+            url, args.spread_rows, args.spread_seconds, 2, 10, 3.0, ledger, tick_process
         )
         print(f"\n(b) spread: {args.spread_rows:,} rows due uniformly over"
               f" {args.spread_seconds:g} s (2 workers, batches of 10)")  # fmt: skip
         print(f"    delivered {spread['delivered']:,}; {spread['lags']}")
 
     if not args.skip_floor:
-        floor = run_floor(url, n, workers, batch, bench_settings().tick_batch_size, ledger)
-        rate = n / floor["drain_seconds"]
-        print(f"\n(d) floor: the same statements, no Python work between them ({workers}"
-              f" connections claiming and finalizing, batches of {batch})")  # fmt: skip
-        print(f"    {floor['published']:,} published; drain {floor['drain_seconds']:.2f} s ="
-              f" {rate:,.0f} actions/s; the engine reaches"
-              f" {floor['drain_seconds'] / ahead['drain_seconds']:.0%} of it enqueued ahead,"
-              f" {floor['drain_seconds'] / late['drain_seconds']:.0%} already due")  # fmt: skip
-
+        report_floor(url, n, workers, batch, ledger, ahead, late)
     if not args.skip_baseline:
-        baseline = run_seed_baseline(url, n, workers)
-        base = baseline["drain_seconds"]
-        print(f"\n(c) baseline: the playbook's literal loop (200 due rows per tick, one claim and"
-              f" one finalize per row, ticks back to back, {workers} worker threads)")  # fmt: skip
-        print(f"    drain {base:.2f} s = {n / base:,.0f} actions/s; {baseline['lags']}")
-        print("\nratios against the baseline, same run:")
-        for label, result in (("(a) ", ahead), ("(a')", late)):
-            lag_ratio = baseline["lags"].p99 / max(result["lags"].p99, 1e-9)
-            print(f"    {label} drain {base / result['drain_seconds']:.1f}x faster,"
-                  f" p99 lag {lag_ratio:.1f}x lower")  # fmt: skip
+        report_baseline(url, n, workers, ahead, late)
     return finish(admin_url, server)
+
+
+def report_floor(
+    url: str, n: int, workers: int, batch: int, ledger: bool,
+    ahead: dict[str, Any], late: dict[str, Any],
+) -> None:  # fmt: skip
+    floor = run_floor(url, n, workers, batch, bench_settings().tick_batch_size, ledger)
+    rate = n / floor["drain_seconds"]
+    print(f"\n(d) floor: the same statements, no Python work between them ({workers}"
+          f" connections claiming and finalizing, batches of {batch})")  # fmt: skip
+    print(f"    {floor['published']:,} published; drain {floor['drain_seconds']:.2f} s ="
+          f" {rate:,.0f} actions/s; the engine reaches"
+          f" {floor['drain_seconds'] / ahead['drain_seconds']:.0%} of it enqueued ahead,"
+          f" {floor['drain_seconds'] / late['drain_seconds']:.0%} already due")  # fmt: skip
+
+
+def report_baseline(
+    url: str, n: int, workers: int, ahead: dict[str, Any], late: dict[str, Any]
+) -> None:
+    baseline = run_seed_baseline(url, n, workers)
+    base = baseline["drain_seconds"]
+    print(f"\n(c) baseline: the playbook's literal loop (200 due rows per tick, one claim and"
+          f" one finalize per row, ticks back to back, {workers} worker threads)")  # fmt: skip
+    print(f"    drain {base:.2f} s = {n / base:,.0f} actions/s; {baseline['lags']}")
+    print("\nratios against the baseline, same run:")
+    for label, result in (("(a) ", ahead), ("(a')", late)):
+        lag_ratio = baseline["lags"].p99 / max(result["lags"].p99, 1e-9)
+        print(f"    {label} drain {base / result['drain_seconds']:.1f}x faster,"
+              f" p99 lag {lag_ratio:.1f}x lower")  # fmt: skip
 
 
 def compare_ledger(url: str, n: int, workers: int, batch: int, lead: float, rounds: int) -> None:

@@ -59,3 +59,17 @@ def test_the_scale_check_times_every_operation_and_changes_nothing(database_url)
     # Every operation ran in a transaction rolled back: the table is as it was built
     assert before == after == [("published", 300), ("queued", bench_scale.DUE_ROWS + 3000)]
     assert counts == {("published", 300), ("queued", bench_scale.DUE_ROWS + 3000)}
+
+
+def test_a_burst_through_the_runtime_fires_each_row_once_from_a_triggered_tick(database_url):
+    for tick_process in (False, True):
+        # Given 400 rows already due when the (running) runtime's tick is triggered
+        result = bench.run_engine(database_url, 400, 0.0, workers=2, batch=100, lead=0.0,
+                                  tick_process=tick_process)  # fmt: skip
+        # Then that one tick enqueued them all and each was delivered once
+        assert result["tick_enqueued"] == 400
+        assert result["delivered"] == result["distinct"] == 400
+        assert result["drain_seconds"] > 0
+        assert result["transactions"] > 0
+        # And the tick's own CPU is reported when it ran in a process of its own
+        assert (result["tick_cpu"] is not None) == tick_process
