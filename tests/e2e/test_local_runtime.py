@@ -197,3 +197,45 @@ def test_a_triggered_tick_sends_due_rows_once_each(database_url, tmp_path, tick_
         assert pid is not None
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def spawned_children(pid: int) -> list[int]:
+    """Processes `pid` started with multiprocessing's spawn (the tick's), not its
+    resource tracker."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == pid and "spawn_main" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def running(pid: int) -> bool:
+    """Alive, and not a zombie no one has reaped yet."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_tick_process_ends_when_tickwork_dev_is_killed(dev_process):
+    process, lines, _ = dev_process
+    # Given `tickwork dev` and its tick's process, idle between ticks (its first ran at
+    # start, before the demo's webhooks, due 2 s and more after it, arrived)
+    read_until(process, lines, r"webhook .* arrived", 3, timeout=30)
+    children = spawned_children(process.pid)
+    assert len(children) == 1, children
+    # When `tickwork dev` is killed, with no chance to stop its tick
+    process.kill()
+    process.wait()
+    # Then the tick's process notices and ends too, instead of ticking on alone (its next
+    # tick is a minute away)
+    wait_until(lambda: not running(children[0]), timeout=15)

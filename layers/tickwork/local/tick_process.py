@@ -11,6 +11,7 @@ import logging
 import multiprocessing
 import multiprocessing.synchronize
 import signal
+import time
 from dataclasses import dataclass
 from multiprocessing.queues import SimpleQueue
 from typing import Any
@@ -27,6 +28,20 @@ class TickProcessSpec:
     interval: float
     timeout: float
     gc_thresholds: tuple[int, int, int]
+
+
+PARENT_CHECK_SECONDS = 1.0
+
+
+def wait_for_next(wake: multiprocessing.synchronize.Event, interval: float, parent: Any) -> None:
+    """Until `wake` is set or `interval` has passed; sooner when the runtime's process is
+    gone (killed: nothing would stop this one, and its queue is gone with it)."""
+    deadline = time.monotonic() + interval
+    while (remaining := deadline - time.monotonic()) > 0:
+        if wake.wait(min(remaining, PARENT_CHECK_SECONDS)):
+            return
+        if parent is not None and not parent.is_alive():
+            return
 
 
 def run_ticks(
@@ -59,15 +74,16 @@ def run_ticks(
         providers=ProviderRegistry(settings), secrets=MemorySecretStore(),
     ))  # fmt: skip
     handler = handlers.load("tick")
+    parent = multiprocessing.parent_process()
     try:
-        while not stop.is_set():
+        while not stop.is_set() and (parent is None or parent.is_alive()):
             try:
                 results.put(
                     handler({"source": "aws.events"}, handlers.LocalContext("tick", spec.timeout))
                 )
             except Exception:
                 log.exception("tick failed")
-            wake.wait(spec.interval)
+            wait_for_next(wake, spec.interval, parent)
             wake.clear()
     finally:
         results.put(None)
