@@ -241,7 +241,7 @@ class LocalRuntime:
         self.sandbox.start()
         self.api.start()
         if self.tick_process:
-            self._tick_child = TickChild(self, self.queues).start()
+            self._tick_child = TickChild(self).start()
         else:
             self._spawn("tick", self._cron, "tick", self.tick_interval, TICK_TIMEOUT_SECONDS,
                         self.ticks)  # fmt: skip
@@ -361,12 +361,12 @@ class TickChild:
     """The tick's process (tick_process.run_ticks), sending through a QueueHost of the
     runtime's queues; its summaries are appended to the runtime's `ticks`."""
 
-    def __init__(self, local: LocalRuntime, queues: InProcessQueues) -> None:
+    def __init__(self, local: LocalRuntime) -> None:
         from tickwork.local.tick_process import TickProcessSpec, run_ticks
         from tickwork.queues.shared import QueueHost, QueueService
 
         context = multiprocessing.get_context("spawn")  # no fork of a threaded process
-        self.host = QueueHost(QueueService(queues)).start()
+        self.host = QueueHost(QueueService(local.queues)).start()
         self.stop_event = context.Event()
         self.wake = context.Event()
         self.results: SimpleQueue[dict[str, Any] | None] = context.SimpleQueue()

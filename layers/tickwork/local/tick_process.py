@@ -6,6 +6,7 @@ handler, every `interval` seconds or when woken, and sends through the runtime's
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import multiprocessing
@@ -86,6 +87,7 @@ def run_ticks(
             wait_for_next(wake, spec.interval, parent)
             wake.clear()
     finally:
-        results.put(None)
+        with contextlib.suppress(OSError):  # the runtime's process may be gone
+            results.put(None)
         db.close()
         queues.close()

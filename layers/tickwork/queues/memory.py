@@ -154,6 +154,13 @@ class InProcessQueue:
             return len(moved)
 
 
+def exact_delays(messages: Sequence[OutgoingMessage], now: float) -> list[tuple[str, float]]:
+    """(body, delay) entries for `send_many`. SQS delays are whole seconds; here the delay
+    is exact, so a message becomes visible at its row's due time and the dispatcher has
+    nothing left to wait out."""
+    return [(m.body(), m.due_at.timestamp() - now) for m in messages]
+
+
 class InProcessQueues:
     """The queue port over one in-process queue per action type, created on first use."""
 
@@ -175,11 +182,8 @@ class InProcessQueues:
             return dict(self._queues)
 
     def send(self, action_type: str, messages: Sequence[OutgoingMessage]) -> list[UUID]:
-        # SQS delays are whole seconds; here the delay is exact, so a message becomes
-        # visible at its row's due time and the dispatcher has nothing left to wait out.
         queue = self.queue(action_type)
-        now = queue.clock()
-        queue.send_many([(m.body(), m.due_at.timestamp() - now) for m in messages])
+        queue.send_many(exact_delays(messages, queue.clock()))
         return []
 
     def change_visibility(self, action_type: str, changes: Sequence[VisibilityChange]) -> int:

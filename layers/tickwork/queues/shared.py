@@ -15,7 +15,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 from uuid import UUID
 
-from tickwork.queues.memory import InProcessQueues
+from tickwork.queues.memory import InProcessQueues, exact_delays
 from tickwork.queues.port import OutgoingMessage, VisibilityChange
 
 # A received message as it crosses the process boundary:
@@ -43,8 +43,8 @@ class QueueService:
         self.queues.queue(action_type).delete(handles)
 
     def change_visibility(self, action_type: str, changes: list[tuple[str, int]]) -> int:
-        queue = self.queues.queue(action_type)
-        return sum(queue.change_visibility(handle, seconds) for handle, seconds in changes)
+        pairs = [VisibilityChange(handle, seconds) for handle, seconds in changes]
+        return self.queues.change_visibility(action_type, pairs)
 
     def dead_letters(self, action_type: str) -> int:
         return len(self.queues.queue(action_type).dead_letters)
@@ -146,9 +146,7 @@ class RemoteQueues:
         self.service = service
 
     def send(self, action_type: str, messages: Sequence[OutgoingMessage]) -> list[UUID]:
-        # As InProcessQueues.send: the delay is exact, the message visible at its due time.
-        now = time.time()
-        self.service.send(action_type, [(m.body(), m.due_at.timestamp() - now) for m in messages])
+        self.service.send(action_type, exact_delays(messages, time.time()))
         return []
 
     def change_visibility(self, action_type: str, changes: Sequence[VisibilityChange]) -> int:
