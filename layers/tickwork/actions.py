@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -59,43 +59,54 @@ _FINALIZE = query("finalize_actions")
 
 
 @dataclass(frozen=True, slots=True)
-class Action:
-    """One row of scheduled_actions, column for column."""
+class Claimed:
+    """What a dispatcher, its providers and the admission policies read of a row: the claim
+    returns these columns alone. A claimed wave is the hot path, where loading a row's
+    history and bookkeeping columns as well cost more than the claim's own update."""
 
     id: UUID
     workspace_id: UUID
-    created_by: str | None
     action_type: str
     thing_id: str | None
     target_key: str
     payload: dict[str, Any]
     publish_at: datetime
     status: Status
-    error_code: str | None
-    last_error: str | None
     attempt_count: int
     manual_retries: int
     next_attempt_at: datetime | None
+    source: str
+    connection_id: UUID | None  # the workspace connection it is sent through
+    recipient_id: str | None
+    transactional: bool
+
+    @property
+    def due_at(self) -> datetime:
+        """When the row is next due: a backoff or retry time if set, else publish_at."""
+        return self.next_attempt_at or self.publish_at
+
+
+RowT = TypeVar("RowT", bound=Claimed)
+
+
+@dataclass(frozen=True, slots=True)
+class Action(Claimed):
+    """One row of scheduled_actions, column for column."""
+
+    created_by: str | None
+    error_code: str | None
+    last_error: str | None
     enqueued_at: datetime | None
     provider_id: str | None
     submitted_at: datetime | None
     finished_at: datetime | None
     dedupe_key: str | None
     rescheduled_from: UUID | None
-    source: str
     recurring_schedule_id: UUID | None
     created_at: datetime
     updated_at: datetime
-    connection_id: UUID | None = None  # the workspace connection it is sent through
-    recipient_id: str | None = None
-    transactional: bool = False
     original_publish_at: datetime | None = None
     timezone: str | None = None  # the zone of the wall time it was scheduled at, if any
-
-    @property
-    def due_at(self) -> datetime:
-        """When the row is next due: a backoff or retry time if set, else publish_at."""
-        return self.next_attempt_at or self.publish_at
 
 
 def action_from_row(row: Mapping[str, Any]) -> Action:
@@ -448,7 +459,7 @@ def claim(
     early_tolerance: float = 0.0,
     max_lateness: float | None = None,
     reclaim_after: float | None = None,
-) -> list[Action]:
+) -> list[Claimed]:
     """queued → submitted for every id that is queued, due (allowing `early_tolerance` seconds
     of clock skew) and not later than `max_lateness`; one statement for the batch. With
     `reclaim_after`, also a row left `submitted` longer than that by a claimer that died
@@ -465,7 +476,7 @@ def claim(
     # Binary results: a claimed wave's timestamps and ids load in a third less time.
     with conn.cursor(binary=True) as cur:
         rows = cur.execute(_CLAIM, params).fetchall()
-        claimed = actions_from_tuples(cur, rows)
+        claimed = rows_as(Claimed, cur, rows)
     # Drip steps and messages to recipients pass their policies (fire-time conditions,
     # exits, quiet hours, caps) before any provider sees them; other rows pay nothing.
     if any(a.recipient_id is not None or a.source == "sequence" for a in claimed):
@@ -475,15 +486,15 @@ def claim(
     return claimed
 
 
-def actions_from_tuples(cur: psycopg.Cursor[Any], rows: list[Any]) -> list[Action]:
-    """Rows fetched as tuples, as Actions: a claimed wave is the hot path, where building
-    each row through a dict (class_row) costs more than the statement."""
+def rows_as(kind: type[RowT], cur: psycopg.Cursor[Any], rows: list[Any]) -> list[RowT]:
+    """Rows fetched as tuples, as Actions or Claimed: a claimed wave is the hot path, where
+    building each row through a dict (class_row) costs more than the statement."""
     if not rows:
         return []
     assert cur.description is not None
     names = [column.name for column in cur.description]
-    pick = itemgetter(*(names.index(name) for name in Action.__dataclass_fields__))
-    return [Action(*pick(row)) for row in rows]
+    pick = itemgetter(*(names.index(name) for name in kind.__dataclass_fields__))
+    return [kind(*pick(row)) for row in rows]
 
 
 # Arrays sent as one Postgres array literal: psycopg dumps a list element by element in

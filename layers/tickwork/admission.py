@@ -33,7 +33,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from tickwork import actions
-from tickwork.actions import Action
+from tickwork.actions import Claimed
 from tickwork.db import Connection
 from tickwork.observability import logger
 from tickwork.recipients.model import (
@@ -67,7 +67,9 @@ class _Cancel:
     message: str
 
 
-def admit(conn: Connection, claimed: Sequence[Action], now: datetime | None = None) -> list[Action]:
+def admit(
+    conn: Connection, claimed: Sequence[Claimed], now: datetime | None = None
+) -> list[Claimed]:
     """The claimed rows that may be sent now; the others are handed back, deferred or
     cancelled, with the change log saying why, in one transaction. If admission itself
     fails, the rows it concerns are handed back unsent (to be claimed again) and the rest
@@ -90,7 +92,7 @@ def admit(conn: Connection, claimed: Sequence[Action], now: datetime | None = No
         return [a for a in claimed if a.id not in handed_back]
 
 
-def _admit(conn: Connection, claimed: Sequence[Action], now: datetime) -> list[Action]:
+def _admit(conn: Connection, claimed: Sequence[Claimed], now: datetime) -> list[Claimed]:
     refused: dict[UUID, _Defer | _Cancel] = {}
     policies: dict[UUID, str] = {}
     steps = [a for a in claimed if a.source == "sequence"]
@@ -113,7 +115,7 @@ def _admit(conn: Connection, claimed: Sequence[Action], now: datetime) -> list[A
 
 def _apply_recipient_policies(
     conn: Connection,
-    addressed: Sequence[Action],
+    addressed: Sequence[Claimed],
     policies: dict[UUID, str],
     refused: dict[UUID, _Defer | _Cancel],
     now: datetime,
@@ -127,7 +129,7 @@ def _apply_recipient_policies(
     recipients: dict[tuple[UUID, str], Recipient] = {
         (r["workspace_id"], r["recipient_id"]): recipient_from_row(r) for r in rows
     }
-    capped: list[tuple[Action, Recipient, int]] = []
+    capped: list[tuple[Claimed, Recipient, int]] = []
     for action in addressed:
         recipient = recipients.get((action.workspace_id, str(action.recipient_id)))
         if recipient is None:
@@ -163,7 +165,7 @@ def _apply_recipient_policies(
 
 
 def _hand_back(
-    conn: Connection, claimed: Sequence[Action], refused: dict[UUID, _Defer | _Cancel]
+    conn: Connection, claimed: Sequence[Claimed], refused: dict[UUID, _Defer | _Cancel]
 ) -> None:
     """Refused rows back to queued (never sent: the attempt is not counted), then the
     cancellations, then the defers in the change log (cancels log themselves)."""

@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from tickwork import paging, rollup
-from tickwork.actions import Action, actions_from_tuples
+from tickwork.actions import Action, rows_as
 from tickwork.db import Connection
 from tickwork.errors import InputError
 from tickwork.sql import query
@@ -71,7 +71,7 @@ def list_actions(
         params["after_id"] = NIL
     with conn.cursor() as cur:
         # by column name: the table has columns (derived, for indexes) an Action has not
-        rows = actions_from_tuples(cur, cur.execute(_LIST, params).fetchall())
+        rows = rows_as(Action, cur, cur.execute(_LIST, params).fetchall())
     more = len(rows) > limit
     items = rows[:limit]
     return Page(items, paging.encode_cursor(items[-1].publish_at, items[-1].id) if more else None)

@@ -27,6 +27,7 @@ derived from the owner's URL (`api_login_url`) and set by `provision_api_login`.
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 from psycopg.pq import TransactionStatus
+from psycopg.types.json import set_json_loads
 
 from tickwork.config import Settings
 from tickwork.errors import ConfigError, InputError
@@ -46,11 +48,23 @@ Connection = psycopg.Connection[Any]
 API_LOGIN_ROLE = "tickwork_api_login"
 
 
+_decode_json = json.JSONDecoder().decode
+
+
+def load_json(data: bytes | str) -> Any:
+    """json and jsonb values as json.loads gives them, without its guess of the text's
+    encoding: Postgres sends text in the connection's encoding, UTF-8. A microsecond less per
+    payload, on every row a dispatcher claims."""
+    return _decode_json(data if isinstance(data, str) else data.decode())
+
+
 def connect(url: str, **kwargs: Any) -> Connection:
     """An autocommit connection: every statement is its own transaction unless a block opens one.
     Statements are never prepared server-side, so RDS Proxy never pins the connection."""
     kwargs.setdefault("prepare_threshold", None)
-    return psycopg.connect(url, autocommit=True, **kwargs)
+    conn = psycopg.connect(url, autocommit=True, **kwargs)
+    set_json_loads(load_json, conn)
+    return conn
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,7 @@ class LimitedConnection(psycopg.Connection[Any]):
 def connect_limited(url: str, limits: SessionLimits) -> Connection:
     conn = LimitedConnection.connect(url, autocommit=True, prepare_threshold=None)
     conn.limits = limits
+    set_json_loads(load_json, conn)
     return conn
 
 

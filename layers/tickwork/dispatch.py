@@ -39,7 +39,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork import actions, connections
-from tickwork.actions import Action, Attempt, AttemptOutcome, Finalization
+from tickwork.actions import Attempt, AttemptOutcome, Claimed, Finalization
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.observability import emit, logger, metrics, metrics_enabled
 from tickwork.providers.base import (
@@ -124,7 +124,7 @@ def backoff_seconds(
 
 
 def decide(
-    action: Action,
+    action: Claimed,
     outcome: Outcome,
     provider_idempotent: bool,
     settings: Settings,
@@ -158,7 +158,7 @@ def decide(
 
 
 def decide_safely(
-    action: Action,
+    action: Claimed,
     outcome: Outcome,
     provider_idempotent: bool,
     settings: Settings,
@@ -195,7 +195,7 @@ def pending_outcomes() -> list[Finalization]:
 
 @dataclass
 class _Completed:
-    action: Action
+    action: Claimed
     outcome: Outcome
     called_at: float
     finished_at: float = 0.0
@@ -396,7 +396,7 @@ class Dispatcher:
         provider: Provider,
         end: float,
         wave: _Wave,
-    ) -> list[Action] | None:
+    ) -> list[Claimed] | None:
         """Claim one wave; rows not claimed go back to the tick, or, when the claim had to
         be retried, come back later (the first try may have claimed them unseen)."""
         result = self._claim(action_type, due, config, provider.idempotent, end)
@@ -418,7 +418,7 @@ class Dispatcher:
         config: ActionTypeConfig,
         idempotent: bool,
         end: float,
-    ) -> tuple[list[Action], bool] | None:
+    ) -> tuple[list[Claimed], bool] | None:
         """The claim of one wave, and whether it was retried after an error (the first try
         may then have claimed rows unseen); None when the database stayed unreachable.
         Rows whose claimer died are claimed again only when the provider deduplicates."""
@@ -456,7 +456,7 @@ class Dispatcher:
             self.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    def _connections(self, claimed: list[Action], provider: str) -> dict[UUID, Via | Outcome]:
+    def _connections(self, claimed: list[Claimed], provider: str) -> dict[UUID, Via | Outcome]:
         """For rows that name a connection: what to send through, or why not to send. One
         statement per wave, and none when no row names a connection."""
         named = [action for action in claimed if action.connection_id is not None]
@@ -482,7 +482,7 @@ class Dispatcher:
         self,
         completions: queue.SimpleQueue[_Completed],
         provider: Provider,
-        action: Action,
+        action: Claimed,
         deadline: float | None,
         via: Via | Outcome | None = None,
     ) -> None:

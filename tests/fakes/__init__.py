@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
 
-from tickwork.actions import Action
+from tickwork.actions import Claimed
 from tickwork.providers.base import Via
 from tickwork.providers.http import OutboundPolicy
 
@@ -45,20 +45,17 @@ class OperatorLog:
         return "\n".join(self.lines)
 
 
-def an_action(**overrides: Any) -> Action:
+def an_action(**overrides: Any) -> Claimed:
     """A claimed row as the dispatcher hands it to a provider."""
-    now = datetime.now(UTC)
     fields: dict[str, Any] = {
-        "id": uuid4(), "workspace_id": uuid4(), "created_by": None, "action_type": "webhook",
-        "thing_id": None, "target_key": "primary", "payload": {}, "publish_at": now,
-        "status": "submitted", "error_code": None, "last_error": None, "attempt_count": 1,
-        "manual_retries": 0, "next_attempt_at": None, "enqueued_at": None, "provider_id": None,
-        "submitted_at": now, "finished_at": None, "dedupe_key": None, "rescheduled_from": None,
-        "source": "api", "recurring_schedule_id": None, "created_at": now, "updated_at": now,
-        "connection_id": None,
+        "id": uuid4(), "workspace_id": uuid4(), "action_type": "webhook", "thing_id": None,
+        "target_key": "primary", "payload": {}, "publish_at": datetime.now(UTC),
+        "status": "submitted", "attempt_count": 1, "manual_retries": 0,
+        "next_attempt_at": None, "source": "api", "connection_id": None,
+        "recipient_id": None, "transactional": False,
     }  # fmt: skip
     fields.update(overrides)
-    return Action(**fields)
+    return Claimed(**fields)
 
 
 def a_via(provider: str, settings: dict[str, Any], credentials: dict[str, str]) -> Via:

@@ -9,8 +9,9 @@ import psycopg
 import pytest
 
 from tickwork import cli, migrate
-from tickwork.actions import Action
+from tickwork.actions import Action, Claimed
 from tickwork.errors import MigrationChecksumError, MigrationError
+from tickwork.sql import query
 
 
 def write(directory: Path, files: dict[str, str]) -> Path:
@@ -123,7 +124,25 @@ def test_the_schema_matches_what_the_code_reads(database_url):
                 " order by ordinal_position"
             ).fetchall()
         ]
-    assert columns == list(Action.__dataclass_fields__)
+    assert sorted(columns) == sorted(Action.__dataclass_fields__)
+
+
+def test_the_claim_returns_what_a_dispatcher_reads(conn, workspace, now):
+    # Given a row due now
+    conn.execute(
+        "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
+        " values (%s, 'webhook', 't', %s)",
+        (workspace, now),
+    )
+    [(row_id,)] = conn.execute("select id from scheduled_actions").fetchall()
+    # When the claim statement takes it, its columns are exactly Claimed's
+    params = {"ids": [row_id], "action_type": "webhook", "early_tolerance": 1.0,
+              "max_lateness": None, "reclaim_after": None}  # fmt: skip
+    with conn.cursor() as cur:
+        cur.execute(query("claim_actions"), params)
+        assert cur.description is not None
+        returned = [column.name for column in cur.description]
+    assert sorted(returned) == sorted(Claimed.__dataclass_fields__)
 
 
 def test_cli_migrate(empty_database_url, capsys):

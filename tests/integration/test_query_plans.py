@@ -233,3 +233,44 @@ def test_the_resolvers_candidates_come_from_their_partial_index(conn, big_table)
     )  # fmt: skip
     assert "ix_scheduled_actions_unresolved" in index_scans(plan), json.dumps(plan, indent=1)
     assert "scheduled_actions" not in seq_scans(plan)
+
+
+def triggers_fired(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> set[str]:
+    """The triggers a statement ran, by EXPLAIN ANALYZE, in a transaction rolled back."""
+    with conn.transaction(force_rollback=True), psycopg.ClientCursor(conn) as cur:
+        cur.execute("explain (analyze, format json) " + sql, params)  # type: ignore[operator]
+        plan = cur.fetchone()[0][0]  # type: ignore[index]
+    return {t["Trigger Name"] for t in plan.get("Triggers", []) if t["Calls"]}
+
+
+def test_the_mark_claim_and_finalize_call_no_row_trigger(conn, workspace, now):
+    # A row trigger is a plpgsql call per row and write: three per action in a burst. The
+    # hot path's writes stamp updated_at themselves, and every other trigger's WHEN clause
+    # is false for them (the rollup, the publish guard, recurring and sequence outcomes).
+    conn.execute(
+        "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
+        " select %s, 'webhook', 't' || g, %s from generate_series(1, 20) g",
+        (workspace, now - timedelta(seconds=1)),
+    )
+    ids = [row[0] for row in conn.execute("select id from scheduled_actions")]
+    n = len(ids)
+    mark = {"horizon": now, "batch_size": 100, "action_types": ["webhook"],
+            "after_due": now - timedelta(days=1), "after_id": UUID(int=0)}  # fmt: skip
+    claim = {"ids": ids, "action_type": "webhook", "early_tolerance": 0.5,
+             "max_lateness": None, "reclaim_after": None}  # fmt: skip
+    assert triggers_fired(conn, query("mark_due_enqueued"), mark) == set()
+    assert triggers_fired(conn, query("claim_actions"), claim) == set()
+    conn.execute(query("claim_actions"), claim)
+    finalize = {
+        "ids": ids,
+        "statuses": ["published"] * n,
+        "provider_ids": ["p"] * n,
+        "error_codes": [None] * n,
+        "last_errors": [None] * n,
+        "next_attempt_ats": [None] * n,
+        "attempt_deltas": [0] * n,
+    } | attempt_columns([])
+    assert triggers_fired(conn, query("finalize_actions"), finalize) == set()
+    # while an update the hot path does not make still stamps the row through its trigger
+    edit = "update scheduled_actions set target_key = 'x' where id = %(id)s"
+    assert triggers_fired(conn, edit, {"id": ids[0]}) == {"scheduled_actions_touch"}

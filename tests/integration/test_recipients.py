@@ -19,7 +19,7 @@ from tests.sequence_helpers import (
     sent,
 )
 from tickwork import actions
-from tickwork.actions import NewAction, actions_from_tuples
+from tickwork.actions import Claimed, NewAction, rows_as
 from tickwork.admission import admit
 from tickwork.db import connect
 from tickwork.errors import InputError
@@ -45,7 +45,7 @@ def raw_claim(conn, action_id):
     params = {"ids": [action_id], "action_type": "sms", "early_tolerance": 1,
               "max_lateness": None, "reclaim_after": None}  # fmt: skip
     with conn.cursor() as cur:
-        return actions_from_tuples(cur, cur.execute(query("claim_actions"), params).fetchall())
+        return rows_as(Claimed, cur, cur.execute(query("claim_actions"), params).fetchall())
 
 
 def sms(conn, rt, workspace, at, recipient_id="ann", **fields):

@@ -76,7 +76,7 @@ def test_claim_then_publish(conn, workspace, settings):
     assert [a.id for a in claimed] == [action.id]
     assert claimed[0].status == "submitted"
     assert claimed[0].attempt_count == 1
-    assert claimed[0].submitted_at is not None
+    assert fetch(conn, action.id).submitted_at is not None
 
     applied = actions.finalize(conn, [actions.published(action.id, "msg-42")])
     assert applied == {action.id: "published"}
@@ -433,3 +433,40 @@ def test_due_rows_are_ordered_by_time_then_id(conn, workspace, now):
         taken.extend(row.id for row in batch)
     # Then they come in (publish_at, id) order, each exactly once
     assert taken == expected
+
+
+# ------------------------------------------------------------------------------ updated_at
+
+
+def test_every_write_of_a_row_stamps_updated_at(conn, workspace, settings, now):
+    from tickwork.tick import mark_due
+
+    # Given a row due now, and a clock read before each write (each in its own transaction)
+    action = actions.schedule(conn, workspace, new_action(now), settings, now).action
+
+    def stamped_after(write: Callable[[], object]) -> datetime:
+        before = conn.execute("select clock_timestamp()").fetchone()[0]
+        write()
+        stamp = fetch(conn, action.id).updated_at
+        assert stamp > before
+        return stamp
+
+    # When the tick marks it, a dispatcher claims it and the provider's outcome is written
+    # (the hot path's writes, which stamp it themselves), and a person retries it
+    # and then edits it (updates that leave the stamp to the trigger)
+    def mark() -> None:
+        assert [row.id for row in mark_due(conn, now, 10, ["webhook"])] == [action.id]
+
+    marked = stamped_after(mark)
+    claimed = stamped_after(lambda: actions.claim(conn, "webhook", [action.id]))
+    failed = stamped_after(
+        lambda: actions.finalize(conn, [actions.failed(action.id, "provider_rejected", "no")])
+    )
+    retried = stamped_after(lambda: actions.retry(conn, workspace, action.id, settings))
+    edited = stamped_after(
+        lambda: conn.execute(
+            "update scheduled_actions set target_key = 'other' where id = %s", (action.id,)
+        )
+    )
+    # Then each write moved updated_at forward
+    assert marked < claimed < failed < retried < edited

@@ -11,7 +11,7 @@ from uuid import uuid4
 
 import pytest
 
-from tickwork.actions import Action, actions_from_tuples
+from tickwork.actions import Claimed, rows_as
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.dispatch import backoff_seconds, decide
 from tickwork.providers.base import Ambiguous, Delivered, NotSent, Rejected, Transient
@@ -21,15 +21,12 @@ NOW = datetime(2026, 5, 20, 9, 0, tzinfo=UTC)
 SETTINGS = Settings(max_attempts=5, backoff_base_seconds=2, backoff_cap_seconds=60)
 
 
-def action(attempt_count: int = 1, manual_retries: int = 0) -> Action:
-    return Action(
-        id=uuid4(), workspace_id=uuid4(), created_by=None, action_type="webhook",
-        thing_id=None, target_key="primary", payload={}, publish_at=NOW, status="submitted",
-        error_code=None, last_error=None, attempt_count=attempt_count,
-        manual_retries=manual_retries, next_attempt_at=None, enqueued_at=None,
-        provider_id=None, submitted_at=NOW, finished_at=None, dedupe_key=None,
-        rescheduled_from=None, source="api", recurring_schedule_id=None,
-        created_at=NOW, updated_at=NOW,
+def action(attempt_count: int = 1, manual_retries: int = 0) -> Claimed:
+    return Claimed(
+        id=uuid4(), workspace_id=uuid4(), action_type="webhook", thing_id=None,
+        target_key="primary", payload={}, publish_at=NOW, status="submitted",
+        attempt_count=attempt_count, manual_retries=manual_retries, next_attempt_at=None,
+        source="api", connection_id=None, recipient_id=None, transactional=False,
     )  # fmt: skip
 
 
@@ -121,10 +118,10 @@ def test_a_body_written_otherwise_decodes_as_its_json_reads():
 
 def test_claimed_rows_become_the_actions_their_columns_make():
     template = action()
-    columns = list(Action.__dataclass_fields__)[::-1]  # in any order the statement returns
+    columns = list(Claimed.__dataclass_fields__)[::-1]  # in any order the statement returns
     row = tuple(getattr(template, name) for name in columns)
     cursor = SimpleNamespace(description=[SimpleNamespace(name=name) for name in columns])
-    [built] = actions_from_tuples(cast(Any, cursor), [row])
+    [built] = rows_as(Claimed, cast(Any, cursor), [row])
     assert built == template
     assert replace(built, status="published").status == "published"
     with pytest.raises(FrozenInstanceError):

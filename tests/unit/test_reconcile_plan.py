@@ -77,6 +77,9 @@ def row(target: str, status: str = "queued", **overrides: Any) -> Action:
         "recurring_schedule_id": None,
         "created_at": NOW - timedelta(hours=1),
         "updated_at": NOW,
+        "connection_id": None,
+        "recipient_id": None,
+        "transactional": False,
     }
     values.update(overrides)
     return Action(**values)

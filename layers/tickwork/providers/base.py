@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
-from tickwork.actions import Action
+from tickwork.actions import Claimed
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class Provider(Protocol):
     # True when send() waits on the network: the dispatcher then runs calls concurrently.
     io_bound: bool
 
-    def send(self, action: Action, via: Via | None = None) -> Outcome: ...
+    def send(self, action: Claimed, via: Via | None = None) -> Outcome: ...
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class Lookup(Protocol):
     # How long after an attempt an `Absent` may be trusted (search indexes lag behind).
     lookup_grace: timedelta
 
-    def lookup(self, action: Action, via: Via | None = None) -> LookupResult: ...
+    def lookup(self, action: Claimed, via: Via | None = None) -> LookupResult: ...
 
 
 def lookup_of(provider: Provider) -> Lookup | None:

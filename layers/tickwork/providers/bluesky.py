@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from tickwork.actions import Action
+from tickwork.actions import Claimed
 from tickwork.providers.base import (
     Absent,
     Ambiguous,
@@ -159,7 +159,7 @@ class Payload(Schema):
         return self
 
 
-def rkey_for(action: Action) -> str:
+def rkey_for(action: Claimed) -> str:
     """A TID (the record key type of posts) that depends only on the action: its publish
     time to the second, and 30 bits from its id, so two actions never share one."""
     digest = hashlib.sha256(action.id.bytes).digest()
@@ -169,7 +169,7 @@ def rkey_for(action: Action) -> str:
     return "".join(TID_ALPHABET[(value >> (5 * i)) & 31] for i in reversed(range(13)))
 
 
-def created_at(action: Action) -> str:
+def created_at(action: Claimed) -> str:
     # The publish time, not the send time: the same on every attempt.
     return action.publish_at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
@@ -323,10 +323,10 @@ class BlueskyProvider(RestProvider):
         return self.request("lookup", "GET", url, redactor, params=params,
                             headers={"authorization": f"Bearer {session.access}"})  # fmt: skip
 
-    def lookup(self, action: Action, via: Via | None = None) -> LookupResult:
+    def lookup(self, action: Claimed, via: Via | None = None) -> LookupResult:
         return safe_lookup(self.name, action, self.timeout, lambda: self._lookup(action, via))
 
-    def _lookup(self, action: Action, via: Via | None) -> LookupResult:
+    def _lookup(self, action: Claimed, via: Via | None) -> LookupResult:
         if via is None:
             return Unknown("Bluesky is asked only through the action's connection")
         payload = Payload.model_validate(action.payload)
@@ -358,7 +358,7 @@ class BlueskyProvider(RestProvider):
         return Unknown(f"Bluesky getRecord answered HTTP {reply.status} "
                        f"{redactor.tenant(error)}".rstrip())  # fmt: skip
 
-    def send(self, action: Action, via: Via | None = None) -> Outcome:
+    def send(self, action: Claimed, via: Via | None = None) -> Outcome:
         if via is None:
             return Rejected("connection_required", "Bluesky posts only through a connection")
         payload = Payload.model_validate(action.payload)
@@ -391,7 +391,7 @@ class BlueskyProvider(RestProvider):
         return result
 
     def _create(
-        self, action: Action, via: Via, session: Session, rkey: str, record: dict[str, Any],
+        self, action: Claimed, via: Via, session: Session, rkey: str, record: dict[str, Any],
         redactor: Redactor,
     ) -> Outcome | Session:  # fmt: skip
         url = f"{self._base(via)}/xrpc/com.atproto.repo.createRecord"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from tickwork.actions import Action
+from tickwork.actions import Claimed
 from tickwork.observability import logger
 from tickwork.providers.base import Delivered, Outcome, Via
 
@@ -32,7 +32,7 @@ class LogProvider:
         self.deliveries: list[Delivery] = []
         self._lock = threading.Lock()
 
-    def send(self, action: Action, via: Via | None = None) -> Outcome:
+    def send(self, action: Claimed, via: Via | None = None) -> Outcome:
         called_at = time.time()
         # list.append is atomic: no lock on the path every benchmarked row takes.
         self.deliveries.append(Delivery(action.id, called_at, action.due_at.timestamp()))

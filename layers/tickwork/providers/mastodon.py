@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tickwork.actions import Action
+from tickwork.actions import Claimed
 from tickwork.providers.base import (
     Ambiguous,
     Delivered,
@@ -89,7 +89,7 @@ class MastodonProvider(RestProvider):
     def _base(self, via: Via) -> str:
         return str(via.settings["instance_url"]).rstrip("/")
 
-    def send(self, action: Action, via: Via | None = None) -> Outcome:
+    def send(self, action: Claimed, via: Via | None = None) -> Outcome:
         if via is None:
             return Rejected("connection_required", "Mastodon posts only through a connection")
         payload = Payload.model_validate(action.payload)

@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from tickwork.actions import Action
+from tickwork.actions import Claimed
 from tickwork.providers.base import (
     Absent,
     Ambiguous,
@@ -132,7 +132,7 @@ class Payload(Schema):
         return self
 
 
-def request_body(action: Action, via: Via) -> dict[str, Any]:
+def request_body(action: Claimed, via: Via) -> dict[str, Any]:
     payload = Payload.model_validate(action.payload)
     body: dict[str, Any] = {
         "From": payload.from_address or via.settings["from"],
@@ -191,7 +191,7 @@ class PostmarkProvider(RestProvider):
         return {"accept": "application/json", "content-type": "application/json",
                 "x-postmark-server-token": via.credentials["server_token"]}  # fmt: skip
 
-    def send(self, action: Action, via: Via | None = None) -> Outcome:
+    def send(self, action: Claimed, via: Via | None = None) -> Outcome:
         if via is None:
             return Rejected("connection_required", "Postmark sends only through a connection")
         redactor = Redactor.of(via.credentials)
@@ -199,10 +199,10 @@ class PostmarkProvider(RestProvider):
         body, headers = request_body(action, via), self._headers(via)
         return self.deliver(action, "POST", url, redactor, outcome, json=body, headers=headers)
 
-    def lookup(self, action: Action, via: Via | None = None) -> LookupResult:
+    def lookup(self, action: Claimed, via: Via | None = None) -> LookupResult:
         return safe_lookup(self.name, action, self.timeout, lambda: self._lookup(action, via))
 
-    def _lookup(self, action: Action, via: Via | None) -> LookupResult:
+    def _lookup(self, action: Claimed, via: Via | None) -> LookupResult:
         if via is None:
             return Unknown("Postmark is searched only through the action's connection")
         params = {"count": "50", "offset": "0", f"metadata_{METADATA_KEY}": str(action.id)}

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tickwork.actions import Action
+from tickwork.actions import Claimed
 from tickwork.observability import logger
 from tickwork.providers import http
 from tickwork.providers.base import (
@@ -45,7 +45,7 @@ def budget(seconds: float) -> Iterator[None]:
 
 
 def safe_lookup(
-    provider: str, action: Action, seconds: float, run: Callable[[], LookupResult]
+    provider: str, action: Claimed, seconds: float, run: Callable[[], LookupResult]
 ) -> LookupResult:
     """`run` within one deadline, never raising: any failure is Unknown, with a reason that
     names the kind of failure only (exception texts can carry URLs, bodies or tokens)."""
@@ -104,7 +104,7 @@ class RestProvider:
 
     def deliver(
         self,
-        action: Action,
+        action: Claimed,
         method: str,
         url: str,
         redactor: Redactor,
@@ -121,7 +121,7 @@ class RestProvider:
             self.log(action.id, url, reply, redactor)
         return result
 
-    def send(self, action: Action, via: Via | None = None) -> Outcome:
+    def send(self, action: Claimed, via: Via | None = None) -> Outcome:
         raise NotImplementedError
 
     def log(self, action_id: object, url: str, reply: Reply, redactor: Redactor) -> None:

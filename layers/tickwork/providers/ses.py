@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 from pydantic import Field, field_validator
 
-from tickwork.actions import Action
+from tickwork.actions import Claimed
 from tickwork.providers import http
 from tickwork.providers.base import (
     Ambiguous,
@@ -219,7 +219,7 @@ class SesProvider:
                 self._clients[key] = found
             return found
 
-    def send(self, action: Action, via: Via | None = None) -> Outcome:
+    def send(self, action: Claimed, via: Via | None = None) -> Outcome:
         if via is None:
             return Rejected("connection_required", "SES sends only through a connection")
         payload = Payload.model_validate(action.payload)

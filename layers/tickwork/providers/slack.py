@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from tickwork.actions import Action
+from tickwork.actions import Claimed
 from tickwork.providers.base import (
     Absent,
     Ambiguous,
@@ -145,7 +145,7 @@ class SlackProvider(RestProvider):
         return {"authorization": f"Bearer {via.credentials['bot_token']}",
                 "content-type": "application/json; charset=utf-8"}  # fmt: skip
 
-    def send(self, action: Action, via: Via | None = None) -> Outcome:
+    def send(self, action: Claimed, via: Via | None = None) -> Outcome:
         if via is None:
             return Rejected("connection_required", "Slack sends only through a connection")
         payload = Payload.model_validate(action.payload)
@@ -166,10 +166,10 @@ class SlackProvider(RestProvider):
         headers = self._headers(via)
         return self.deliver(action, "POST", url, redactor, outcome, json=message, headers=headers)
 
-    def lookup(self, action: Action, via: Via | None = None) -> LookupResult:
+    def lookup(self, action: Claimed, via: Via | None = None) -> LookupResult:
         return safe_lookup(self.name, action, self.timeout, lambda: self._lookup(action, via))
 
-    def _lookup(self, action: Action, via: Via | None) -> LookupResult:
+    def _lookup(self, action: Claimed, via: Via | None) -> LookupResult:
         if via is None:
             return Unknown("Slack is asked only through the action's connection")
         payload = Payload.model_validate(action.payload)

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from tickwork.actions import Action
+from tickwork.actions import Claimed
 from tickwork.providers.base import (
     Ambiguous,
     Delivered,
@@ -128,7 +128,7 @@ class TwilioProvider(RestProvider):
         user = via.credentials.get("api_key_sid") or via.settings["account_sid"]
         return user, via.credentials["auth_token"]
 
-    def send(self, action: Action, via: Via | None = None) -> Outcome:
+    def send(self, action: Claimed, via: Via | None = None) -> Outcome:
         if via is None:
             return Rejected("connection_required", "Twilio sends only through a connection")
         payload = Payload.model_validate(action.payload)

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from tickwork.actions import Action
+from tickwork.actions import Claimed
 from tickwork.errors import InputError
 from tickwork.providers import http
 from tickwork.providers.base import (
@@ -76,7 +76,7 @@ def status_url_for(template: str, message_id: str) -> str:
     return template.replace(PLACEHOLDER, message_id)
 
 
-def message_id_of(action: Action) -> str:
+def message_id_of(action: Claimed) -> str:
     return f"msg_{action.id.hex}"
 
 
@@ -142,7 +142,7 @@ class Endpoint:
     status_url: str | None = None
 
 
-def envelope(action: Action) -> dict[str, Any]:
+def envelope(action: Claimed) -> dict[str, Any]:
     return {
         "type": f"tickwork.{action.action_type}",
         "timestamp": action.publish_at.isoformat(),
@@ -206,7 +206,7 @@ class WebhookProvider:
         return Endpoint(url=str(url), secret=decode_secret(secret),
                         status_url=None if status is None else str(status))  # fmt: skip
 
-    def _endpoint_of(self, action: Action, via: Via | None) -> Endpoint | Rejected:
+    def _endpoint_of(self, action: Claimed, via: Via | None) -> Endpoint | Rejected:
         if via is not None:
             try:
                 return Endpoint(
@@ -222,7 +222,7 @@ class WebhookProvider:
             return Rejected("not_configured", f"no webhook endpoint named {action.target_key!r}")
         return found
 
-    def send(self, action: Action, via: Via | None = None) -> Outcome:
+    def send(self, action: Claimed, via: Via | None = None) -> Outcome:
         endpoint = self._endpoint_of(action, via)
         if isinstance(endpoint, Rejected):
             return endpoint
@@ -267,14 +267,14 @@ class WebhookProvider:
             return Ambiguous(detail, retry_after)
         return Rejected("provider_rejected", detail)
 
-    def lookup(self, action: Action, via: Via | None = None) -> LookupResult:
+    def lookup(self, action: Claimed, via: Via | None = None) -> LookupResult:
         """Ask the receiver's status endpoint, when it has one (see the module's notes)."""
         try:
             return self._lookup(action, via)
         except Exception as exc:  # a lookup must answer, whatever went wrong
             return Unknown(f"webhook lookup failed ({type(exc).__name__})")
 
-    def _lookup(self, action: Action, via: Via | None) -> LookupResult:
+    def _lookup(self, action: Claimed, via: Via | None) -> LookupResult:
         endpoint = self._endpoint_of(action, via)
         if isinstance(endpoint, Rejected):
             return Unknown(endpoint.message)

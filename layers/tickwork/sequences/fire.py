@@ -9,7 +9,7 @@ from uuid import UUID
 
 from psycopg.rows import dict_row
 
-from tickwork.actions import Action
+from tickwork.actions import Claimed
 from tickwork.db import Connection
 from tickwork.rules.conditions import first_failing, parse_conditions
 from tickwork.sequences.model import EXITED, ROOTS, SKIPPED, context
@@ -24,7 +24,7 @@ class StepVerdict:
     cap_policy: str | None  # the campaign's, overriding the recipient's
 
 
-def check_steps(conn: Connection, steps: Sequence[Action]) -> dict[UUID, StepVerdict]:
+def check_steps(conn: Connection, steps: Sequence[Claimed]) -> dict[UUID, StepVerdict]:
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_STEPS, {"ids": [a.id for a in steps]}).fetchall()
     verdicts: dict[UUID, StepVerdict] = {}

@@ -65,10 +65,10 @@ where a.id = %(id)s and a.workspace_id = %(workspace_id)s
 -- claimed longer ago than any dispatcher lives: its claimer died, and its message came back.
 -- No index names the columns it writes (migrations 0014 and 0017), so it is a HOT update;
 -- enqueued_at is set for a row claimed without having been marked, so that every claimed
--- row says when it entered a queue.
+-- row says when it entered a queue. It returns what a dispatcher reads (actions.Claimed).
 update scheduled_actions
 set status = 'submitted', submitted_at = now(), attempt_count = attempt_count + 1,
-    enqueued_at = coalesce(enqueued_at, now())
+    enqueued_at = coalesce(enqueued_at, now()), updated_at = now()
 where id = any(%(ids)s::uuid[])
   and action_type = %(action_type)s
   and (status = 'queued'
@@ -79,7 +79,9 @@ where id = any(%(ids)s::uuid[])
        and submitted_at < now() - make_interval(secs => %(reclaim_after)s))
   and (%(max_lateness)s::float8 is null
        or coalesce(next_attempt_at, publish_at) >= now() - make_interval(secs => %(max_lateness)s))
-returning *
+returning id, workspace_id, action_type, thing_id, target_key, payload, publish_at, status,
+          attempt_count, manual_retries, next_attempt_at, source, connection_id, recipient_id,
+          transactional
 
 -- name: finalize_actions
 -- submitted -> published | failed | queued, for a batch of outcomes, in one statement.
@@ -103,7 +105,7 @@ with finalized as (
         attempt_count = a.attempt_count + f.attempt_delta,
         finished_at = case when f.status in ('published', 'failed') then now() end,
         submitted_at = case when f.status = 'queued' then null else a.submitted_at end,
-        enqueued_at = null
+        enqueued_at = null, updated_at = now()
     from unnest(
         %(ids)s::uuid[], %(statuses)s::text[], %(provider_ids)s::text[], %(error_codes)s::text[],
         %(last_errors)s::text[], %(next_attempt_ats)s::timestamptz[], %(attempt_deltas)s::int[]

@@ -10,7 +10,7 @@
 -- never marked twice.
 with marked as (
     update scheduled_actions a
-    set enqueued_at = now()
+    set enqueued_at = now(), updated_at = now()
     where a.id = any(array(
             select id
             from scheduled_actions
@@ -32,7 +32,7 @@ select id, action_type, due_at from marked order by due_at, id
 -- name: mark_enqueued_by_id
 -- The same marking for named rows, when they are due within the horizon.
 update scheduled_actions
-set enqueued_at = now()
+set enqueued_at = now(), updated_at = now()
 where id = any(%(ids)s::uuid[])
   and status = 'queued'
   and enqueued_at is null
