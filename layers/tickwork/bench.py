@@ -3,7 +3,8 @@ in the same process (these machines are noisy; compare ratios, not absolute figu
 
 (a) burst: N rows due at the same second → tick, in-process queue, dispatcher handlers,
     `log` provider. Tick enqueue rate, claim+finalize rate, end-to-end drain, lag.
-(b) spread: M rows due uniformly over S seconds → lag p50/p99/max.
+(b) spread: M rows due uniformly over S seconds → lag p50/p99/max, and the disk's sync
+    stalls meanwhile, against the deliveries that were late.
 (c) baseline: the same burst through the playbook's literal algorithm: select 200 due rows
     per tick, one claim UPDATE and one finalize UPDATE per row.
 (d) floor: the burst's own SQL (the tick's mark, the claim, the finalize, in the same batch
@@ -208,29 +209,71 @@ def load_average() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
+class SyncProbe:
+    """While the block runs, a thread times 8 KB writes each made durable (fdatasync, as a
+    commit's WAL flush is) every 10 ms in `directory` (where the embedded server keeps its
+    data): a disk that stalls now and then shows in the lag of every commit waiting on it,
+    and a run's late deliveries can be set against the stalls. fdatasync releases the GIL,
+    so the probe takes the interpreter from the dispatchers only to loop."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.samples: list[tuple[float, float]] = []  # (started, Unix time; seconds)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._probe, name="sync-probe", daemon=True)
+
+    def __enter__(self) -> SyncProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _probe(self) -> None:
+        fd, name = tempfile.mkstemp(dir=self.directory)
+        try:
+            while not self._stop.wait(0.01):
+                started, clock = time.time(), time.perf_counter()
+                os.pwrite(fd, b"\0" * 8192, 0)
+                os.fdatasync(fd)
+                self.samples.append((started, time.perf_counter() - clock))
+        finally:
+            os.close(fd)
+            os.unlink(name)
+
+    def stalls(self, over: float = 0.02) -> list[tuple[float, float]]:
+        """The syncs that took longer than `over` seconds, as (started, seconds)."""
+        return [(started, took) for started, took in self.samples if took > over]
+
+    def __str__(self) -> str:
+        latencies = sorted(took for _, took in self.samples)
+        if not latencies:
+            return f"disk sync (8 KB + fdatasync in {self.directory}): no sample"
+        p99 = latencies[int(0.99 * (len(latencies) - 1))]
+        slow = sum(latency > 0.05 for latency in latencies)
+        return (f"disk sync (8 KB + fdatasync in {self.directory}, {len(latencies):,}):"
+                f" p50 {latencies[len(latencies) // 2] * 1000:.2f} ms, p99 {p99 * 1000:.2f}"
+                f" ms, max {latencies[-1] * 1000:.1f} ms, {slow} over 50 ms")  # fmt: skip
+
+
 def disk_sync_latency(directory: Path, seconds: float = 5.0) -> str:
-    """8 KB writes each made durable (fdatasync, as a commit's WAL flush is) for `seconds`
-    in `directory` (where the embedded server keeps its data): a disk that stalls now and
-    then shows in the lag of the commits waiting on it."""
-    latencies = []
-    fd, name = tempfile.mkstemp(dir=directory)
-    try:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            started = time.perf_counter()
-            os.pwrite(fd, b"\0" * 8192, 0)
-            os.fdatasync(fd)
-            latencies.append(time.perf_counter() - started)
-            time.sleep(0.005)
-    finally:
-        os.close(fd)
-        os.unlink(name)
-    latencies.sort()
-    p99 = latencies[int(0.99 * (len(latencies) - 1))]
-    slow = sum(latency > 0.05 for latency in latencies)
-    return (f"disk sync (8 KB + fdatasync in {directory}, {len(latencies):,} in {seconds:g} s):"
-            f" p50 {latencies[len(latencies) // 2] * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms, max"
-            f" {latencies[-1] * 1000:.1f} ms, {slow} over 50 ms")  # fmt: skip
+    with SyncProbe(directory) as probe:
+        time.sleep(seconds)
+    return f"{probe} in {seconds:g} s"
+
+
+def late_behind_stalls(
+    deliveries: Sequence[Delivery], stalls: Sequence[tuple[float, float]], late: float = 0.05
+) -> tuple[int, int]:
+    """How many deliveries were more than `late` seconds late, and how many of those were
+    waiting (between their due time and their call) while a disk sync stalled."""
+    overdue = [d for d in deliveries if d.called_at - d.due_at > late]
+    behind = sum(
+        any(started < d.called_at and started + took > d.due_at for started, took in stalls)
+        for d in overdue
+    )
+    return len(overdue), behind
 
 
 def prepare_database(admin_url: str) -> str:
@@ -356,6 +399,7 @@ def run_engine(
         "hot_updates": updates_after[1] - updates_before[1],
         "horizon_held": horizon.held,
         "horizon_samples": horizon.samples,
+        "deliveries": deliveries,
     }
 
 
@@ -537,6 +581,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--skip-floor", action="store_true")
     parser.add_argument("--skip-spread", action="store_true")
+    parser.add_argument("--spread-only", action="store_true", help="only the spread (b)")
     parser.add_argument("--ledger-off", action="store_true",
                         help="every stage without the delivery ledger's writes")  # fmt: skip
     parser.add_argument("--ledger-compare", type=int, default=0, metavar="ROUNDS",
@@ -565,6 +610,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not ledger:
         print("the delivery ledger is off (--ledger-off): no action_attempts rows")
     tick_process = not args.tick_in_thread
+    if args.spread_only:
+        report_spread(url, args.spread_rows, args.spread_seconds, ledger, tick_process)
+        return finish(admin_url, server)
     ahead = run_engine(url, n, 0.0, workers, batch, args.lead, ledger, tick_process)
     report_burst(f"(a) burst: {n:,} rows due at the same second, enqueued ahead by the tick",
                  n, ahead, workers, batch)  # fmt: skip
@@ -573,18 +621,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                  n, late, workers, batch)  # fmt: skip
 
     if not args.skip_spread:
-        spread = run_engine(
-            url, args.spread_rows, args.spread_seconds, 2, 10, 3.0, ledger, tick_process
-        )
-        print(f"\n(b) spread: {args.spread_rows:,} rows due uniformly over"
-              f" {args.spread_seconds:g} s (2 workers, batches of 10)")  # fmt: skip
-        print(f"    delivered {spread['delivered']:,}; {spread['lags']}")
+        report_spread(url, args.spread_rows, args.spread_seconds, ledger, tick_process)
 
     if not args.skip_floor:
         report_floor(url, n, workers, batch, ledger, ahead, late)
     if not args.skip_baseline:
         report_baseline(url, n, workers, ahead, late)
     return finish(admin_url, server)
+
+
+def report_spread(url: str, rows: int, seconds: float, ledger: bool, tick_process: bool) -> None:
+    with SyncProbe(Path(tempfile.gettempdir())) as disk:
+        spread = run_engine(url, rows, seconds, 2, 10, 3.0, ledger, tick_process)
+    print(f"\n(b) spread: {rows:,} rows due uniformly over {seconds:g} s (2 workers,"
+          " batches of 10)")  # fmt: skip
+    print(f"    delivered {spread['delivered']:,}; {spread['lags']}")
+    overdue, behind = late_behind_stalls(spread["deliveries"], disk.stalls())
+    print(f"    the disk meanwhile: {disk}; {len(disk.stalls())} syncs over 20 ms;"
+          f" {overdue} deliveries more than 50 ms late, {behind} of them while a sync"
+          " stalled")  # fmt: skip
 
 
 def report_floor(

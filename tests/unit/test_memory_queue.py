@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from uuid import uuid4
+
 import pytest
 
-from tickwork.queues.memory import InProcessQueue
-from tickwork.queues.port import retry_visibility
+from tickwork.queues.memory import InProcessQueue, InProcessQueues
+from tickwork.queues.port import OutgoingMessage, decode_body, retry_visibility
 
 
 class Clock:
@@ -30,6 +33,31 @@ def test_a_delayed_message_is_invisible_until_its_delay_passes():
     assert queue.receive(10) == []
     clock.now += 0.2
     assert [m.body for m in queue.receive(10)] == ["later"]
+
+
+class MovingClock(Clock):
+    """A clock that moves on 5 ms each time it is read, as time passes while a big batch
+    of bodies is built."""
+
+    def __call__(self) -> float:
+        self.now += 0.005
+        return self.now
+
+
+def test_a_rows_message_becomes_visible_at_its_due_time_however_long_the_send_took():
+    clock = MovingClock()
+    queues = InProcessQueues(clock=clock)  # type: ignore[arg-type]
+    due = clock.now + 1.0
+    due_at = datetime.fromtimestamp(due, UTC)
+    # Given the messages of rows due in a second, sent while the clock moves on
+    ids = [uuid4() for _ in range(3)]
+    queues.send("log", [OutgoingMessage.for_row(i, "log", due_at, due_at) for i in ids])
+    queue = queues.queue("log")
+    # Then none is visible a millisecond before the rows are due, and all are at it
+    clock.now = due - 0.006  # the receive reads the clock once: due - 1 ms
+    assert queue.receive(10) == []
+    clock.now = due - 0.005
+    assert [decode_body(m.body).action_id for m in queue.receive(10)] == ids
 
 
 def test_batches_are_bounded_and_come_in_visibility_order():

@@ -53,6 +53,29 @@ def test_messages_sent_through_the_host_arrive_in_its_queue_with_their_delay(hos
     assert queue.depth()["visible"] == 0
 
 
+def test_a_message_sent_through_the_host_is_visible_at_its_rows_due_time():
+    # Given a host whose queue clock reads a moment of our choosing
+    now = [1000.0]
+    queues = InProcessQueues(clock=lambda: now[0])  # type: ignore[arg-type]
+    host = QueueHost(QueueService(queues)).start()
+    connection = QueueConnection(host.address, host.authkey)
+    try:
+        due_at = datetime.fromtimestamp(1000.5, UTC)
+        # When a row due at 1000.5 is sent: however long it took to arrive
+        RemoteQueues(connection).send(
+            "log", [OutgoingMessage.for_row(uuid4(), "log", due_at, due_at)]
+        )
+        # Then its message becomes visible at 1000.5, not a delay after its arrival
+        queue = queues.queue("log")
+        now[0] = 1000.499
+        assert queue.depth()["visible"] == 0
+        now[0] = 1000.5
+        assert queue.depth()["visible"] == 1
+    finally:
+        connection.close()
+        host.close()
+
+
 def test_a_caller_without_the_key_is_refused(hosted):
     _, host, _ = hosted
     with pytest.raises(AuthenticationError):

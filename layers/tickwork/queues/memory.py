@@ -54,13 +54,16 @@ class InProcessQueue:
         return self.send_many([(body, delay_seconds)])[0]
 
     def send_many(self, entries: Sequence[tuple[str, float]]) -> list[str]:
+        """(body, delay in seconds) entries."""
         now = self.clock()
+        return self.send_visible_at([(body, now + max(0.0, delay)) for body, delay in entries])
+
+    def send_visible_at(self, entries: Sequence[tuple[str, float]]) -> list[str]:
+        """(body, when it becomes visible, on this queue's clock) entries."""
         ids = []
         with self._changed:
-            for body, delay in entries:
-                message = Message(
-                    f"{self._id_prefix}-{next(self._ids)}", body, now + max(0.0, delay)
-                )
+            for body, visible_at in entries:
+                message = Message(f"{self._id_prefix}-{next(self._ids)}", body, visible_at)
                 heapq.heappush(self._heap, (message.visible_at, next(self._order), message))
                 ids.append(message.message_id)
             self._changed.notify_all()
@@ -154,11 +157,12 @@ class InProcessQueue:
             return len(moved)
 
 
-def exact_delays(messages: Sequence[OutgoingMessage], now: float) -> list[tuple[str, float]]:
-    """(body, delay) entries for `send_many`. SQS delays are whole seconds; here the delay
-    is exact, so a message becomes visible at its row's due time and the dispatcher has
-    nothing left to wait out."""
-    return [(m.body(), m.due_at.timestamp() - now) for m in messages]
+def due_times(messages: Sequence[OutgoingMessage]) -> list[tuple[str, float]]:
+    """(body, visible at) entries for `send_visible_at`. SQS delays are whole seconds; here
+    a message becomes visible at its row's due time exactly, so the dispatcher has nothing
+    left to wait out. The time is absolute, not a delay: a delay measured before the
+    bodies were built and carried to the queue made each message late by that much."""
+    return [(m.body(), m.due_at.timestamp()) for m in messages]
 
 
 class InProcessQueues:
@@ -182,8 +186,7 @@ class InProcessQueues:
             return dict(self._queues)
 
     def send(self, action_type: str, messages: Sequence[OutgoingMessage]) -> list[UUID]:
-        queue = self.queue(action_type)
-        queue.send_many(exact_delays(messages, queue.clock()))
+        self.queue(action_type).send_visible_at(due_times(messages))
         return []
 
     def change_visibility(self, action_type: str, changes: Sequence[VisibilityChange]) -> int:

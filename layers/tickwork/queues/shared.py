@@ -8,14 +8,13 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Sequence
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 from uuid import UUID
 
-from tickwork.queues.memory import InProcessQueues, exact_delays
+from tickwork.queues.memory import InProcessQueues, due_times
 from tickwork.queues.port import OutgoingMessage, VisibilityChange
 
 # A received message as it crosses the process boundary:
@@ -30,8 +29,8 @@ class QueueService:
         self.queues = queues
 
     def send(self, action_type: str, entries: list[tuple[str, float]]) -> None:
-        """(body, delay in seconds) pairs."""
-        self.queues.queue(action_type).send_many(entries)
+        """(body, visible at) pairs: a Unix time, the same clock on both sides of loopback."""
+        self.queues.queue(action_type).send_visible_at(entries)
 
     def receive(self, action_type: str, max_messages: int, wait: float) -> list[ReceivedMessage]:
         messages = self.queues.queue(action_type).receive(max_messages, wait_seconds=wait)
@@ -146,7 +145,7 @@ class RemoteQueues:
         self.service = service
 
     def send(self, action_type: str, messages: Sequence[OutgoingMessage]) -> list[UUID]:
-        self.service.send(action_type, exact_delays(messages, time.time()))
+        self.service.send(action_type, due_times(messages))
         return []
 
     def change_visibility(self, action_type: str, changes: Sequence[VisibilityChange]) -> int:
