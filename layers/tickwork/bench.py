@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from uuid import UUID
 
 import psycopg
@@ -160,20 +160,15 @@ def transactions(conn: Connection) -> int:
     return int(row[0]) if row else 0
 
 
-class HorizonWatch:
-    """Samples, every 0.1 s while the block runs, whether another session of the server
-    holds a transaction id: while one does, no row version newer than it can be pruned,
-    so an update finds no room beside the old version on its page and cannot be HOT (on a
-    shared server, another suite's transactions do this to the bench's)."""
+class Sampler:
+    """A thread that samples while the block runs: `_sample` loops until `_stop` is set."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.held = 0
-        self.samples = 0
+    def __init__(self) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread = threading.Thread(target=self._sample, name=type(self).__name__,
+                                        daemon=True)  # fmt: skip
 
-    def __enter__(self) -> HorizonWatch:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -181,7 +176,23 @@ class HorizonWatch:
         self._stop.set()
         self._thread.join()
 
-    def _watch(self) -> None:
+    def _sample(self) -> None:
+        raise NotImplementedError
+
+
+class HorizonWatch(Sampler):
+    """Samples, every 0.1 s while the block runs, whether another session of the server
+    holds a transaction id: while one does, no row version newer than it can be pruned,
+    so an update finds no room beside the old version on its page and cannot be HOT (on a
+    shared server, another suite's transactions do this to the bench's)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        self.held = 0
+        self.samples = 0
+
+    def _sample(self) -> None:
         # Through libpq directly, so the bench's count of statements leaves these out.
         with connect(self.url) as conn:
             while not self._stop.wait(0.1):
@@ -209,7 +220,7 @@ def load_average() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
-class SyncProbe:
+class SyncProbe(Sampler):
     """While the block runs, a thread times 8 KB writes each made durable (fdatasync, as a
     commit's WAL flush is) every 10 ms in `directory` (where the embedded server keeps its
     data): a disk that stalls now and then shows in the lag of every commit waiting on it,
@@ -217,20 +228,11 @@ class SyncProbe:
     so the probe takes the interpreter from the dispatchers only to loop."""
 
     def __init__(self, directory: Path) -> None:
+        super().__init__()
         self.directory = directory
         self.samples: list[tuple[float, float]] = []  # (started, Unix time; seconds)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._probe, name="sync-probe", daemon=True)
 
-    def __enter__(self) -> SyncProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _probe(self) -> None:
+    def _sample(self) -> None:
         fd, name = tempfile.mkstemp(dir=self.directory)
         try:
             while not self._stop.wait(0.01):
