@@ -11,8 +11,9 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from uuid import UUID
@@ -20,6 +21,7 @@ from uuid import UUID
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.rows import dict_row
 
 from tickwork import migrate
 from tickwork.config import Settings
@@ -184,3 +186,40 @@ def _local_data_dir(
     root = tmp_path_factory.mktemp("tickwork-data")
     monkeypatch.setenv("TICKWORK_DATA_DIR", str(root))
     return root
+
+
+OTHER_BACKENDS = """
+select pid, pg_blocking_pids(pid) as blocked_by, application_name, client_port, state,
+       wait_event_type, wait_event, now() - xact_start as transaction_age, left(query, 300)
+from pg_stat_activity
+where datname = current_database() and pid <> pg_backend_pid()
+"""
+
+
+def what_else_was_running(database_url: str) -> str:
+    """The test database's other backends (who blocks whom, and their last statement) and
+    this machine's Python processes: what a timed-out test was waiting for."""
+    lines = []
+    try:
+        with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
+            for row in conn.cursor(row_factory=dict_row).execute(OTHER_BACKENDS):
+                lines.append(repr(row))
+    except psycopg.Error as exc:
+        lines.append(f"could not read pg_stat_activity: {exc}")
+    ps = subprocess.run(
+        ["ps", "-eww", "-o", "pid,ppid,etime,args"], capture_output=True, text=True, check=False
+    )
+    lines += [line for line in ps.stdout.splitlines() if "python" in line or "PID" in line]
+    return "\n".join(lines)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    # A hang is rare and gone on a rerun: say at once what the database was doing.
+    database_url = getattr(item, "funcargs", {}).get("database_url")
+    if report.failed and database_url and "Timeout" in str(report.longrepr):
+        report.sections.append(("database at the timeout", what_else_was_running(database_url)))
+    return report

@@ -11,6 +11,7 @@ import gc
 import logging
 import multiprocessing
 import multiprocessing.synchronize
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -62,6 +63,8 @@ def run_ticks(
     from tickwork.providers import ProviderRegistry
     from tickwork.queues.shared import QueueConnection, RemoteQueues
 
+    # Its sessions name it in pg_stat_activity (libpq reads PGAPPNAME).
+    os.environ.setdefault("PGAPPNAME", "tickwork-tick")
     # Ctrl-C reaches the whole process group; the runtime stops this process itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     quiet_powertools()
