@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from psycopg.pq import TransactionStatus
 
 from tickwork.config import Settings
 from tickwork.db import Connection
@@ -34,6 +36,7 @@ from tickwork.wallclock import utcnow
 
 _MARK_DUE = query("mark_due_enqueued")
 _MARK_BY_ID = query("mark_enqueued_by_id")
+_NO_FLUSH_WAIT = query("commit_without_flush_wait")
 _UNMARK = query("unmark_enqueued")
 _RELEASE_LOST = query("release_lost_messages")
 _RELEASE_ALL = query("release_all_enqueued")
@@ -114,6 +117,20 @@ def unmark(conn: Connection, messages: Iterable[tuple[UUID, datetime]]) -> None:
         conn.execute(_UNMARK, {"ids": [p[0] for p in pairs], "due_ats": [p[1] for p in pairs]})
 
 
+@contextmanager
+def marking(conn: Connection) -> Iterator[None]:
+    """The transaction in which rows are marked and their messages sent. Its commit does not
+    wait for the disk (see commit_without_flush_wait): on a burst of rows already due, the
+    tick holds the rows' locks, and the dispatchers wait, for less time."""
+    # Only in a transaction of its own: inside another, the setting would cover that
+    # transaction's writes too (a row created in it must not be lost to a crash).
+    outermost = conn.info.transaction_status == TransactionStatus.IDLE
+    with conn.transaction():
+        if outermost:
+            conn.execute(_NO_FLUSH_WAIT)
+        yield
+
+
 def send_rows(
     conn: Connection, queues: QueuePort, rows: Sequence[DueRow], now: datetime
 ) -> tuple[dict[str, int], list[UUID]]:
@@ -150,7 +167,7 @@ def enqueue_soon(
     now = now or utcnow()
     horizon = now + timedelta(seconds=settings.lookahead_seconds)
     # Mark and send in one transaction, as the tick does: a crash in between unmarks.
-    with conn.transaction():
+    with marking(conn):
         marked = conn.execute(
             _MARK_BY_ID,
             {"ids": list(ids), "horizon": horizon, "action_types": active_action_types(settings)},
@@ -231,7 +248,7 @@ def run_tick(
         now = clock()
         # The row locks of the mark are held until the messages are sent: a dispatcher
         # receiving one meanwhile waits for the commit, a concurrent tick skips the rows.
-        with conn.transaction():
+        with marking(conn):
             rows = mark_due(conn, now + lookahead, settings.tick_batch_size, action_types, after)
             if not rows:
                 break

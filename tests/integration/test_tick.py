@@ -9,7 +9,7 @@ from datetime import timedelta
 from tests.engine import RecordingQueues, row, seed, statuses
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.db import connect
-from tickwork.tick import run_tick
+from tickwork.tick import enqueue_soon, run_tick
 
 
 def with_types(settings: Settings, **types: ActionTypeConfig) -> Settings:
@@ -167,3 +167,44 @@ def test_concurrent_ticks_never_enqueue_a_row_twice(database_url, conn, workspac
     counts = Counter(queues.ids())
     assert set(counts) == set(ids)
     assert max(counts.values()) == 1
+
+
+class FlushWaitOf(RecordingQueues):
+    """Records, at each send, whether the sending transaction's commit will wait for the
+    disk (the tick sends inside the transaction that marked the rows)."""
+
+    def __init__(self, conn):
+        super().__init__()
+        self.conn = conn
+        self.seen: list[str] = []
+
+    def send(self, action_type, messages):
+        self.seen.append(self.conn.execute("show synchronous_commit").fetchone()[0])
+        return super().send(action_type, messages)
+
+
+def test_a_mark_commits_without_waiting_for_the_disk_and_the_session_is_left_as_it_was(
+    conn, workspace, settings, now
+):
+    # Given rows due now, two passes' worth
+    seed(conn, workspace, 3, now - timedelta(seconds=1))
+    queues = FlushWaitOf(conn)
+    # When the tick marks and sends them
+    run_tick(conn, queues, settings.model_copy(update={"tick_batch_size": 2}))
+    # Then each pass's transaction skipped the flush wait (a lost mark only repeats a
+    # message), and the session's own setting is untouched afterwards
+    assert queues.seen == ["off", "off"]
+    assert conn.execute("show synchronous_commit").fetchone()[0] == "on"
+
+
+def test_marking_inside_another_transaction_leaves_that_transaction_durable(
+    conn, workspace, settings, now
+):
+    # Given a row due now, handed over from inside a transaction of the caller's
+    [due] = seed(conn, workspace, 1, now - timedelta(seconds=1))
+    queues = FlushWaitOf(conn)
+    with conn.transaction():
+        assert enqueue_soon(conn, queues, [due], settings) == 1
+        # Then the caller's transaction still waits for the disk at its commit
+        assert conn.execute("show synchronous_commit").fetchone()[0] == "on"
+    assert queues.seen == ["on"]

@@ -29,6 +29,14 @@ with marked as (
 )
 select id, action_type, due_at from marked order by due_at, id
 
+-- name: commit_without_flush_wait
+-- A mark-and-send transaction commits without waiting for its WAL to reach the disk. Its
+-- messages are in the queue before it commits, so a mark lost in a server crash costs what
+-- a tick dying before its commit costs: the row is found and sent again, a duplicate
+-- message that the conditional claim absorbs. A claim of the row commits synchronously,
+-- which flushes the mark's earlier commit record with it. Local to the transaction.
+select set_config('synchronous_commit', 'off', true)
+
 -- name: mark_enqueued_by_id
 -- The same marking for named rows, when they are due within the horizon.
 update scheduled_actions
