@@ -186,7 +186,9 @@ class FlushWaitOf(RecordingQueues):
 def test_a_mark_commits_without_waiting_for_the_disk_and_the_session_is_left_as_it_was(
     conn, workspace, settings, now
 ):
-    # Given rows due now, two passes' worth
+    # Given rows due now, two passes' worth, and a session that waits for the disk (the
+    # embedded test server does not, server-wide)
+    conn.execute("set synchronous_commit = on")
     seed(conn, workspace, 3, now - timedelta(seconds=1))
     queues = FlushWaitOf(conn)
     # When the tick marks and sends them
@@ -201,6 +203,7 @@ def test_marking_inside_another_transaction_leaves_that_transaction_durable(
     conn, workspace, settings, now
 ):
     # Given a row due now, handed over from inside a transaction of the caller's
+    conn.execute("set synchronous_commit = on")
     [due] = seed(conn, workspace, 1, now - timedelta(seconds=1))
     queues = FlushWaitOf(conn)
     with conn.transaction():
