@@ -215,6 +215,15 @@ def row_updates(conn: Connection) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
+def wal_written(conn: Connection) -> tuple[int, int]:
+    """WAL bytes and full-page images the whole server has written so far (pg_stat_wal).
+    Many full-page images in a burst mean a checkpoint began just before or during it:
+    the first change to each page after one logs the whole 8 KB page."""
+    conn.execute("select pg_stat_clear_snapshot()")
+    row = conn.execute("select wal_bytes, wal_fpi from pg_stat_wal").fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 def load_average() -> str:
     """The 1, 5 and 15 minute load averages: a shared machine's figures need them."""
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
@@ -364,6 +373,7 @@ def run_engine(
     with connect(url) as conn:
         updates_before = row_updates(conn)
         transactions_before = transactions(conn)
+        wal_before = wal_written(conn)
     stages = Stages()
     cpu_before = time.process_time()
     tick_cpu_before = (cpu_seconds(local.tick_pid) if local.tick_pid else None) or 0.0
@@ -380,6 +390,7 @@ def run_engine(
     with connect(url) as conn:
         updates_after = row_updates(conn)
         transactions_after = transactions(conn)
+        wal_after = wal_written(conn)
     deliveries = list(provider.deliveries)
     calls = [d.called_at for d in deliveries]
     tick = local.ticks[1]
@@ -399,6 +410,8 @@ def run_engine(
         "transactions": transactions_after - transactions_before - horizon.samples,
         "row_updates": updates_after[0] - updates_before[0],
         "hot_updates": updates_after[1] - updates_before[1],
+        "wal_bytes": wal_after[0] - wal_before[0],
+        "wal_full_pages": wal_after[1] - wal_before[1],
         "horizon_held": horizon.held,
         "horizon_samples": horizon.samples,
         "deliveries": deliveries,
@@ -439,6 +452,9 @@ def report_costs(count: int, result: dict[str, Any]) -> None:
     updates, hot = result["row_updates"], result["hot_updates"]
     print(f"    row versions written per action: {updates / count:.2f}"
           f" ({hot / max(updates, 1):.0%} HOT: no index entry written)")  # fmt: skip
+    print(f"    WAL written, the whole server's: {result['wal_bytes'] / count:,.0f} bytes per"
+          f" action, {result['wal_full_pages']:,} full-page images (many: a checkpoint began"
+          " just before or during it)")  # fmt: skip
     if result["horizon_held"]:
         print(f"    another transaction held back the clean-up of old row versions in"
               f" {result['horizon_held']} of {result['horizon_samples']} samples: fewer"
