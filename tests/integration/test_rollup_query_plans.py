@@ -30,6 +30,9 @@ def backlog_and_history(conn, workspace, now):
         " from generate_series(1, 150) g",
         {"ws": workspace, "now": now},
     )
+    # Statistics of the new rows before the updates that pick some of them: planned on the
+    # empty table's, `id in (select ... limit n)` can rescan the table once per row.
+    conn.execute("analyze scheduled_actions")
     conn.execute(
         "update scheduled_actions set status = 'submitted', submitted_at = now(),"
         " enqueued_at = now(), attempt_count = 1 where id in (select id from scheduled_actions"
@@ -45,6 +48,7 @@ def backlog_and_history(conn, workspace, now):
         " from generate_series(1, 50000) g",
         {"ws": workspace, "now": now},
     )
+    conn.execute("analyze scheduled_actions")
     rollup.advance(conn, margin_seconds=0)
     conn.execute(
         "update scheduled_actions set status = 'cancelled', finished_at = now()"
