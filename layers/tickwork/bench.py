@@ -229,6 +229,27 @@ def load_average() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
+def cpu_times() -> list[int] | None:
+    """The machine's CPU time so far, by kind: user, nice, system, idle, iowait, irq,
+    softirq, steal (the first line of /proc/stat); None where there is no /proc."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    return [int(value) for value in fields[1:9]]
+
+
+def steal_share(before: list[int] | None, after: list[int] | None) -> float | None:
+    """The share of the CPU time between two readings that the host gave to others (steal):
+    a virtual machine runs that much slower whatever its load average says."""
+    if before is None or after is None:
+        return None
+    spent = [later - earlier for earlier, later in zip(before, after, strict=True)]
+    total = sum(spent)
+    return spent[7] / total if total > 0 else 0.0
+
+
 class SyncProbe(Sampler):
     """While the block runs, a thread times 8 KB writes each made durable (fdatasync, as a
     commit's WAL flush is) every 10 ms in `directory` (where the embedded server keeps its
@@ -607,6 +628,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         " times each: the ledger's cost")  # fmt: skip
     args = parser.parse_args(argv)
     quiet_powertools()
+    cpu_at_start = cpu_times()
 
     admin_url = os.environ.get("DATABASE_URL")
     server = None
@@ -623,14 +645,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     n, workers, batch = args.burst, args.workers, args.batch
     if args.ledger_compare:
         compare_ledger(url, n, workers, batch, args.lead, args.ledger_compare)
-        return finish(admin_url, server)
+        return finish(admin_url, server, cpu_at_start)
     ledger = not args.ledger_off
     if not ledger:
         print("the delivery ledger is off (--ledger-off): no action_attempts rows")
     tick_process = not args.tick_in_thread
     if args.spread_only:
         report_spread(url, args.spread_rows, args.spread_seconds, ledger, tick_process)
-        return finish(admin_url, server)
+        return finish(admin_url, server, cpu_at_start)
     ahead = run_engine(url, n, 0.0, workers, batch, args.lead, ledger, tick_process)
     report_burst(f"(a) burst: {n:,} rows due at the same second, enqueued ahead by the tick",
                  n, ahead, workers, batch)  # fmt: skip
@@ -647,7 +669,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report_floor(url, n, workers, batch, ledger, ahead, late)
     if not args.skip_baseline:
         report_baseline(url, n, workers, ahead, late)
-    return finish(admin_url, server)
+    return finish(admin_url, server, cpu_at_start)
 
 
 def report_spread(url: str, rows: int, seconds: float, ledger: bool, tick_process: bool) -> None:
@@ -722,8 +744,12 @@ def compare_ledger(url: str, n: int, workers: int, batch: int, lead: float, roun
               f" on/off drain time {on / off:.3f}")  # fmt: skip
 
 
-def finish(admin_url: str, server: EmbeddedPostgres | None) -> int:
+def finish(admin_url: str, server: EmbeddedPostgres | None, cpu_at_start: list[int] | None) -> int:
     print(f"\nload average at the end {load_average()}")
+    steal = steal_share(cpu_at_start, cpu_times())
+    if steal is not None:
+        print(f"CPU steal over the run: {steal:.1%} of the machine's CPU time (the host's"
+              " other guests had it)")  # fmt: skip
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(
             sql.SQL("drop database if exists {} with (force)").format(

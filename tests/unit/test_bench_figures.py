@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from uuid import uuid4
 
-from tickwork.bench import SyncProbe, late_behind_stalls
+from tickwork.bench import SyncProbe, cpu_times, late_behind_stalls, steal_share
 from tickwork.providers.log import Delivery
 
 
@@ -37,3 +37,25 @@ def test_the_probe_times_durable_writes_in_its_directory_and_leaves_nothing(tmp_
     assert "fdatasync" in str(probe)
     assert "over 50 ms" in str(probe)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_steal_is_the_hosts_share_of_the_cpu_time_between_two_readings():
+    # user, nice, system, idle, iowait, irq, softirq, steal
+    before = [100, 0, 50, 1000, 5, 0, 2, 10]
+    after = [160, 0, 70, 1100, 5, 0, 2, 30]  # 200 ticks spent, 20 of them stolen
+    assert steal_share(before, after) == 0.1
+    assert steal_share(before, before) == 0.0
+    assert steal_share(None, after) is None
+
+
+def test_the_machines_cpu_times_are_read_by_kind_and_only_grow():
+    first = cpu_times()
+    if first is None:  # no /proc on this system
+        assert steal_share(first, cpu_times()) is None
+        return
+    sum(i * i for i in range(200_000))  # some CPU time between the readings
+    second = cpu_times()
+    assert second is not None
+    assert len(first) == len(second) == 8
+    assert all(later >= earlier for earlier, later in zip(first, second, strict=True))
+    assert sum(second) > sum(first)
