@@ -73,6 +73,5 @@ def test_a_burst_through_the_runtime_fires_each_row_once_from_a_triggered_tick(d
         assert result["transactions"] > 0
         # And the WAL it wrote: at least the 400 rows' three updates, as whole bytes
         assert result["wal_bytes"] > 400 * 3 * 50
-        assert result["wal_full_pages"] >= 0
         # And the tick's own CPU is reported when it ran in a process of its own
         assert (result["tick_cpu"] is not None) == tick_process

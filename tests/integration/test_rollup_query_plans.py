@@ -30,8 +30,9 @@ def backlog_and_history(conn, workspace, now):
         " from generate_series(1, 150) g",
         {"ws": workspace, "now": now},
     )
-    # Statistics of the new rows before the updates that pick some of them: planned on the
-    # empty table's, `id in (select ... limit n)` can rescan the table once per row.
+    # Statistics of the new rows before the updates that pick some of them: planned on
+    # statistics older than the insert, `id in (select ... limit n)` once rescanned the
+    # table per row.
     conn.execute("analyze scheduled_actions")
     conn.execute(
         "update scheduled_actions set status = 'submitted', submitted_at = now(),"
