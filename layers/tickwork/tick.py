@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -48,8 +48,7 @@ EXPIRY_BATCH = 5000
 CURSOR_START = (datetime(1, 1, 1, tzinfo=UTC), UUID(int=0))
 
 
-@dataclass(frozen=True, slots=True)
-class DueRow:
+class DueRow(NamedTuple):
     id: UUID
     action_type: str
     due_at: datetime
@@ -106,7 +105,7 @@ def mark_due(
             {"horizon": horizon, "batch_size": batch_size, "action_types": list(action_types),
              "after_due": after[0], "after_id": after[1]},
         ).fetchall()  # fmt: skip
-    return [DueRow(*row) for row in rows]
+    return list(map(DueRow._make, rows))
 
 
 def unmark(conn: Connection, messages: Iterable[tuple[UUID, datetime]]) -> None:
@@ -138,9 +137,7 @@ def send_rows(
     Returns (sent per action type, failed ids)."""
     by_type: dict[str, list[OutgoingMessage]] = defaultdict(list)
     for row in rows:
-        by_type[row.action_type].append(
-            OutgoingMessage.for_row(row.id, row.action_type, row.due_at, now)
-        )
+        by_type[row.action_type].append(OutgoingMessage(*row, now))
     sent: dict[str, int] = {}
     failed: list[UUID] = []
     for action_type, messages in by_type.items():
@@ -172,7 +169,7 @@ def enqueue_soon(
             _MARK_BY_ID,
             {"ids": list(ids), "horizon": horizon, "action_types": active_action_types(settings)},
         ).fetchall()
-        sent, _ = send_rows(conn, queues, [DueRow(*row) for row in marked], now)
+        sent, _ = send_rows(conn, queues, list(map(DueRow._make, marked)), now)
     return sum(sent.values())
 
 

@@ -189,7 +189,7 @@ def test_status_and_redrive_reach_the_dev_process_queues(dev, capsys):
             "due_at": "2026-01-01T00:00:00+00:00",
         }
     )
-    queue.dead_letters.append(Message("dead-1", body, 0.0, receive_count=5))
+    queue.dead_letters.append(Message("dead-1", body, 0.0, 0.0, receive_count=5))
     # When status is asked, it shows it, from the dev process
     found = run_json(capsys, "status")
     assert found["queues_from"] == f"in-process, tickwork dev pid {os.getpid()}"

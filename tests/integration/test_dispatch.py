@@ -37,9 +37,7 @@ def log_provider(runtime: Runtime, action_type: str = "log") -> LogProvider:
 def send(runtime: Runtime, ids: list[Any], due_at: datetime, action_type: str = "log") -> None:
     """Put messages on the in-process queue as the tick would (without marking rows)."""
     now = datetime.now(UTC)
-    runtime.queues.send(
-        action_type, [OutgoingMessage.for_row(i, action_type, due_at, now) for i in ids]
-    )
+    runtime.queues.send(action_type, [OutgoingMessage(i, action_type, due_at, now) for i in ids])
 
 
 def delivered_ids(runtime: Runtime, action_type: str = "log") -> Counter[Any]:
@@ -87,7 +85,7 @@ def test_a_message_far_ahead_of_its_row_is_handed_back_to_the_tick(conn, workspa
     conn.execute("update scheduled_actions set enqueued_at = now()")
     # a stray message arriving now, ten minutes early
     queue = runtime.queues.queue("log")  # type: ignore[attr-defined]
-    queue.send(OutgoingMessage(action_id, "log", due, delay_seconds=0).body())
+    queue.send(OutgoingMessage(action_id, "log", due, due).body())
     messages = queue.receive(10)
     result = Dispatcher(runtime).dispatch([(m.message_id, m.body) for m in messages])
     assert result.summary.skipped == 1
@@ -105,7 +103,7 @@ def test_a_message_slightly_early_waits_out_the_remainder(conn, workspace, runti
         slept.append(seconds)
         time.sleep(seconds)
 
-    body = OutgoingMessage(action_id, "log", due, delay_seconds=0).body()
+    body = OutgoingMessage(action_id, "log", due, due).body()
     result = Dispatcher(runtime, sleep=sleep).dispatch([("m1", body)])
     assert result.summary.published == 1
     assert len(slept) == 1

@@ -46,7 +46,7 @@ def receive_all(sqs: Any, url: str) -> list[dict[str, Any]]:
 def test_send_uses_batches_of_ten_and_carries_the_row(sqs, now):
     url = make_queue(sqs, "tickwork-webhook")
     queues = SqsQueues({"webhook": url}, client=sqs)
-    messages = [OutgoingMessage.for_row(uuid4(), "webhook", now, now) for _ in range(23)]
+    messages = [OutgoingMessage(uuid4(), "webhook", now, now) for _ in range(23)]
     assert queues.send("webhook", messages) == []
     received = receive_all(sqs, url)
     bodies = sorted(json.loads(m["Body"])["id"] for m in received)
@@ -56,7 +56,7 @@ def test_send_uses_batches_of_ten_and_carries_the_row(sqs, now):
 def test_delay_seconds_hold_a_message_back(sqs, now):
     url = make_queue(sqs, "tickwork-webhook")
     queues = SqsQueues({"webhook": url}, client=sqs)
-    later = OutgoingMessage.for_row(uuid4(), "webhook", now + timedelta(seconds=60), now)
+    later = OutgoingMessage(uuid4(), "webhook", now + timedelta(seconds=60), now)
     assert later.delay_seconds == 60
     queues.send("webhook", [later])
     assert receive_all(sqs, url) == []
@@ -64,7 +64,7 @@ def test_delay_seconds_hold_a_message_back(sqs, now):
 
 def test_unknown_queue_or_refused_send_reports_every_id(sqs, now):
     queues = SqsQueues({"webhook": "https://sqs.us-east-1.amazonaws.com/123/nope"}, client=sqs)
-    messages = [OutgoingMessage.for_row(uuid4(), "webhook", now, now) for _ in range(3)]
+    messages = [OutgoingMessage(uuid4(), "webhook", now, now) for _ in range(3)]
     assert sorted(queues.send("webhook", messages)) == sorted(m.action_id for m in messages)
     assert len(queues.send("sms", messages)) == 3
 
@@ -72,7 +72,7 @@ def test_unknown_queue_or_refused_send_reports_every_id(sqs, now):
 def test_a_failed_message_comes_back_after_its_shortened_visibility(sqs, now):
     url = make_queue(sqs, "tickwork-webhook", VisibilityTimeout="360")
     queues = SqsQueues({"webhook": url}, client=sqs)
-    queues.send("webhook", [OutgoingMessage.for_row(uuid4(), "webhook", now, now)])
+    queues.send("webhook", [OutgoingMessage(uuid4(), "webhook", now, now)])
     [received] = receive_all(sqs, url)
     assert receive_all(sqs, url) == []  # hidden for the queue's 360 s
     changed = queues.change_visibility("webhook", [VisibilityChange(received["ReceiptHandle"], 0)])

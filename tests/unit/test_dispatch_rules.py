@@ -79,13 +79,13 @@ def test_not_sent_reverts_the_claim():
     [(-5, 0), (0, 0), (0.4, 0), (30.7, 30), (899.99, 899), (5000, 900)],
 )
 def test_message_delay_is_the_whole_seconds_not_yet_passed(seconds_ahead, delay):
-    message = OutgoingMessage.for_row(uuid4(), "x", NOW + timedelta(seconds=seconds_ahead), NOW)
+    message = OutgoingMessage(uuid4(), "x", NOW + timedelta(seconds=seconds_ahead), NOW)
     assert message.delay_seconds == delay
 
 
 @pytest.mark.parametrize("action_type", ["webhook", "send_sms", 'odd "name\\', "caf\u00e9"])
 def test_a_message_body_is_the_json_of_its_fields(action_type):
-    message = OutgoingMessage.for_row(uuid4(), action_type, NOW + timedelta(seconds=3), NOW)
+    message = OutgoingMessage(uuid4(), action_type, NOW + timedelta(seconds=3), NOW)
     fields = {"id": str(message.action_id), "type": action_type,
               "due_at": message.due_at.isoformat()}  # fmt: skip
     assert message.body() == json.dumps(fields)
@@ -129,7 +129,7 @@ def test_claimed_rows_become_the_actions_their_columns_make():
 
 
 def test_message_bodies_round_trip_and_foreign_ones_are_refused():
-    message = OutgoingMessage.for_row(uuid4(), "webhook", NOW, NOW)
+    message = OutgoingMessage(uuid4(), "webhook", NOW, NOW)
     decoded = decode_body(message.body())
     assert decoded is not None
     assert (decoded.action_id, decoded.action_type, decoded.due_at) == (

@@ -51,7 +51,7 @@ def test_a_rows_message_becomes_visible_at_its_due_time_however_long_the_send_to
     due_at = datetime.fromtimestamp(due, UTC)
     # Given the messages of rows due in a second, sent while the clock moves on
     ids = [uuid4() for _ in range(3)]
-    queues.send("log", [OutgoingMessage.for_row(i, "log", due_at, due_at) for i in ids])
+    queues.send("log", [OutgoingMessage(i, "log", due_at, due_at) for i in ids])
     queue = queues.queue("log")
     # Then none is visible a millisecond before the rows are due, and all are at it
     clock.now = due - 0.006  # the receive reads the clock once: due - 1 ms
@@ -67,6 +67,27 @@ def test_batches_are_bounded_and_come_in_visibility_order():
     assert [m.body for m in queue.receive(10)] == [f"m{i}" for i in range(10)]
     assert len(queue.receive(10)) == 10
     assert len(queue.receive(10)) == 5
+
+
+def test_messages_visible_when_sent_and_delayed_ones_come_out_in_visibility_order_together():
+    queue, clock = make()
+    # Given messages visible when sent (t=1000, 1001), one that fell due between them, and
+    # one still delayed
+    queue.send("early-delayed", delay_seconds=0.5)
+    queue.send("later", delay_seconds=10)
+    queue.send_visible_at([("sent-now", clock.now)])
+    clock.now += 1
+    queue.send_visible_at([("sent-later-due-before", 1000.2), ("sent-later", clock.now)])
+    assert queue.depth() == {"visible": 4, "delayed": 1, "in_flight": 0, "dead_letters": 0}
+    assert len(queue) == 5
+    # Then one receive gives the visible ones by the time they became visible, whichever
+    # way they came, and not the delayed one
+    assert [m.body for m in queue.receive(10)] == [
+        "sent-now", "sent-later-due-before", "early-delayed", "sent-later",
+    ]  # fmt: skip
+    assert queue.depth() == {"visible": 0, "delayed": 1, "in_flight": 4, "dead_letters": 0}
+    clock.now += 10
+    assert [m.body for m in queue.receive(1)] == ["later"]
 
 
 def test_a_received_message_reappears_after_the_visibility_timeout_unless_deleted():

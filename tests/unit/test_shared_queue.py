@@ -38,8 +38,8 @@ def test_messages_sent_through_the_host_arrive_in_its_queue_with_their_delay(hos
     due_now, due_later = uuid4(), uuid4()
     # Given two rows, one due now and one in an hour, sent from "another process"
     RemoteQueues(connection).send("log", [
-        OutgoingMessage.for_row(due_now, "log", now, now),
-        OutgoingMessage.for_row(due_later, "log", now + timedelta(hours=1), now),
+        OutgoingMessage(due_now, "log", now, now),
+        OutgoingMessage(due_later, "log", now + timedelta(hours=1), now),
     ])  # fmt: skip
     # Then the host's queue holds both, and only the due one is visible
     queue = queues.queue("log")
@@ -62,9 +62,7 @@ def test_a_message_sent_through_the_host_is_visible_at_its_rows_due_time():
     try:
         due_at = datetime.fromtimestamp(1000.5, UTC)
         # When a row due at 1000.5 is sent: however long it took to arrive
-        RemoteQueues(connection).send(
-            "log", [OutgoingMessage.for_row(uuid4(), "log", due_at, due_at)]
-        )
+        RemoteQueues(connection).send("log", [OutgoingMessage(uuid4(), "log", due_at, due_at)])
         # Then its message becomes visible at 1000.5, not a delay after its arrival
         queue = queues.queue("log")
         now[0] = 1000.499

@@ -9,22 +9,23 @@ import itertools
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from uuid import UUID
 
 from tickwork.queues.port import OutgoingMessage, VisibilityChange
 
 
-@dataclass
+@dataclass(slots=True)
 class Message:
     message_id: str
     body: str
     visible_at: float
+    sent_at: float
     receive_count: int = 0
     receipt_handle: str = ""
     deleted: bool = False
-    sent_at: float = field(default_factory=time.time)
 
 
 class InProcessQueue:
@@ -44,6 +45,9 @@ class InProcessQueue:
         self.clock = clock
         self.dead_letters: list[Message] = []
         self._heap: list[tuple[float, int, Message]] = []
+        # Messages visible when sent and never received, in the order sent: a burst of rows
+        # already due skips the heap both ways (a push and a pop each).
+        self._ready: deque[Message] = deque()
         self._inflight: dict[str, Message] = {}
         self._order = itertools.count()
         self._ids = itertools.count(1)
@@ -62,9 +66,13 @@ class InProcessQueue:
         """(body, when it becomes visible, on this queue's clock) entries."""
         ids = []
         with self._changed:
+            now = self.clock()
             for body, visible_at in entries:
-                message = Message(f"{self._id_prefix}-{next(self._ids)}", body, visible_at)
-                heapq.heappush(self._heap, (message.visible_at, next(self._order), message))
+                message = Message(f"{self._id_prefix}-{next(self._ids)}", body, visible_at, now)
+                if visible_at <= now:
+                    self._ready.append(message)
+                else:
+                    heapq.heappush(self._heap, (visible_at, next(self._order), message))
                 ids.append(message.message_id)
             self._changed.notify_all()
         return ids
@@ -86,10 +94,17 @@ class InProcessQueue:
     def _take(self, max_messages: int) -> list[Message]:
         now = self.clock()
         batch: list[Message] = []
-        while self._heap and len(batch) < max_messages and self._heap[0][0] <= now:
-            visible_at, _, message = heapq.heappop(self._heap)
-            if message.deleted or visible_at != message.visible_at:
-                continue  # deleted, or superseded by a visibility change
+        heap, ready = self._heap, self._ready
+        while len(batch) < max_messages:
+            # The earlier visible of the two lines' heads, so neither starves the other.
+            if ready and not (heap and heap[0][0] < ready[0].visible_at):
+                message = ready.popleft()
+            elif heap and heap[0][0] <= now:
+                visible_at, _, message = heapq.heappop(heap)
+                if message.deleted or visible_at != message.visible_at:
+                    continue  # deleted, or superseded by a visibility change
+            else:
+                break
             if message.receive_count >= self.max_receive_count:
                 self.dead_letters.append(message)
                 continue
@@ -122,7 +137,7 @@ class InProcessQueue:
 
     def __len__(self) -> int:
         with self._changed:
-            return sum(
+            return len(self._ready) + sum(
                 1
                 for at, _, message in self._heap
                 if not message.deleted and at == message.visible_at
@@ -132,7 +147,7 @@ class InProcessQueue:
         """Messages visible, delayed, in flight and dead, as SQS counts them."""
         now = self.clock()
         with self._changed:
-            live = [m for _, _, m in self._heap if not m.deleted]
+            live = [m for _, _, m in self._heap if not m.deleted] + list(self._ready)
             visible = sum(1 for m in live if m.visible_at <= now)
             in_flight = sum(1 for m in live if m.visible_at > now and m.receipt_handle)
             return {

@@ -9,28 +9,27 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 from uuid import UUID
 
 MAX_DELAY_SECONDS = 900  # SQS DelaySeconds upper bound
 
 
-@dataclass(frozen=True, slots=True)
-class OutgoingMessage:
+class OutgoingMessage(NamedTuple):
+    """A row's doorbell as handed to its queue at `sent_at`. A tuple, not a dataclass: a
+    tick builds one per row of a burst."""
+
     action_id: UUID
     action_type: str
     due_at: datetime
-    delay_seconds: int
+    sent_at: datetime
 
-    @classmethod
-    def for_row(
-        cls, action_id: UUID, action_type: str, due_at: datetime, now: datetime
-    ) -> OutgoingMessage:
+    @property
+    def delay_seconds(self) -> int:
         # Whole seconds not yet passed: the message never arrives after its due second, and
         # the dispatcher waits out the sub-second remainder.
-        remaining = (due_at - now).total_seconds()
-        delay = min(MAX_DELAY_SECONDS, max(0, math.floor(remaining)))
-        return cls(action_id, action_type, due_at, delay)
+        remaining = (self.due_at - self.sent_at).total_seconds()
+        return min(MAX_DELAY_SECONDS, max(0, math.floor(remaining)))
 
     def body(self) -> str:
         # What json.dumps gives, written directly: a tick sends a burst's every message.
