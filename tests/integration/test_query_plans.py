@@ -31,6 +31,10 @@ def index_scans(plan: dict[str, Any]) -> set[str]:
     return found
 
 
+def node_types(plan: dict[str, Any]) -> list[str]:
+    return [plan.get("Node Type", "")] + [t for c in plan.get("Plans", []) for t in node_types(c)]
+
+
 def seq_scans(plan: dict[str, Any]) -> set[str]:
     found = {plan["Relation Name"]} if plan.get("Node Type") == "Seq Scan" else set()
     for child in plan.get("Plans", []):
@@ -69,6 +73,9 @@ def test_the_due_query_uses_the_partial_due_index(conn, big_table):
         )  # fmt: skip
         assert "ix_scheduled_actions_due" in index_scans(plan), json.dumps(plan, indent=1)
         assert "scheduled_actions" not in seq_scans(plan)
+        # The update finds the locked rows by tuple id, not by a second primary-key walk.
+        assert "Tid Scan" in node_types(plan), json.dumps(plan, indent=1)
+        assert "scheduled_actions_pkey" not in index_scans(plan), json.dumps(plan, indent=1)
         # The cursor and the horizon bound the walk: a range of the index, not a filter.
         assert due_range_of(plan).count("COALESCE") >= 2, json.dumps(plan, indent=1)
 

@@ -7,12 +7,14 @@
 -- so a pass does not read again what the one before it marked), and marks them enqueued.
 -- No index names enqueued_at (migration 0017): the mark is a HOT update. SKIP LOCKED lets
 -- concurrent ticks take disjoint batches; the outer WHERE re-checks the state so a row is
--- never marked twice.
+-- never marked twice. The update finds the rows by the tuple ids the lock returned (a TID
+-- scan), not by a second walk of the primary key: a row locked by this transaction cannot
+-- move before its update, and the outer WHERE re-checks whatever the scan finds.
 with marked as (
     update scheduled_actions a
     set enqueued_at = now(), updated_at = now()
-    where a.id = any(array(
-            select id
+    where a.ctid = any(array(
+            select ctid
             from scheduled_actions
             where status = 'queued'
               and enqueued_at is null
