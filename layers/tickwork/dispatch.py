@@ -557,11 +557,7 @@ class Dispatcher:
                     completed.finished_at,
                 )  # fmt: skip
                 if call is not None:
-                    f = finalization  # the constructor, not replace(): hot path, per row
-                    finalization = Finalization(
-                        f.action_id, f.status, f.provider_id, f.error_code, f.last_error,
-                        f.next_attempt_at, f.attempt_delta, call,
-                    )  # fmt: skip
+                    finalization = finalization._replace(attempt=call)
             finalizations.append(finalization)
         unwritten = self._finalize(finalizations, end)
         written = [f for f in finalizations if f.action_id not in unwritten]
@@ -635,7 +631,7 @@ class Dispatcher:
                 if finalization.attempt is not None:
                     # The call is still recorded, without the text the database refused.
                     bare = replace(finalization.attempt, code=None, excerpt=None)
-                    fallback = replace(fallback, attempt=bare)
+                    fallback = fallback._replace(attempt=bare)
                 try:
                     actions.finalize(conn, [fallback], ledger=ledger)
                 except INFRASTRUCTURE_ERRORS:

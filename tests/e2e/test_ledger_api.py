@@ -4,7 +4,6 @@ members too (sanitized only), and POST /v1/actions/{id}/resolve for admins."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -51,7 +50,7 @@ def claimed_and_finished(api: Api, database_url: str, outcome: str) -> str:
         else:
             done = actions.failed(claimed.id, "ambiguous", "read timeout from the endpoint")
             call = Attempt(1, now - 0.2, now, "ambiguous", excerpt="read timeout from the endpoint")
-            done = replace(done, attempt=call)
+            done = done._replace(attempt=call)
         actions.finalize(conn, [done])
     return str(created["id"])
 

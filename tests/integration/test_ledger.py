@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -174,8 +174,8 @@ def failed_calls(conn, workspace, count: int, now) -> list[UUID]:
     claimed = actions.claim(conn, "log", ids)
     t = time.time()
     actions.finalize(conn, [
-        replace(actions.failed(a.id, "provider_rejected", "no"),
-                attempt=Attempt(a.attempt_count, t - 0.1, t, "rejected", "provider_rejected"))
+        actions.failed(a.id, "provider_rejected", "no")._replace(
+            attempt=Attempt(a.attempt_count, t - 0.1, t, "rejected", "provider_rejected"))
         for a in claimed
     ])  # fmt: skip
     return ids

@@ -375,7 +375,7 @@ def test_racing_resolvers_settle_each_row_once(
     # And once everything due is sent, every row is published (the status first: it says
     # why a row is missing) and reached the receiver exactly once
     send_everything(conn, runtime)
-    got = Counter((row(conn, i)["status"], row(conn, i)["error_code"]) for i in ids)
+    got = Counter((r["status"], r["error_code"]) for r in (row(conn, i) for i in ids))
     assert got == {("published", None): 40}
     assert received(hook) == Counter({str(i): 1 for i in ids})
     if found:

@@ -122,7 +122,9 @@ def test_claimed_rows_become_the_actions_their_columns_make():
     row = tuple(getattr(template, name) for name in columns)
     cursor = SimpleNamespace(description=[SimpleNamespace(name=name) for name in columns])
     [built] = rows_as(Claimed, cast(Any, cursor), [row])
+    assert type(built) is Claimed
     assert built == template
+    assert built.due_at == template.due_at
     assert replace(built, status="published").status == "published"
     with pytest.raises(FrozenInstanceError):
         built.status = "failed"  # type: ignore[misc]

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from tickwork.actions import Claimed
@@ -14,8 +13,9 @@ from tickwork.observability import logger
 from tickwork.providers.base import Delivered, Outcome, Via
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(NamedTuple):
+    """A tuple, not a dataclass: the benchmark's provider records one per row."""
+
     action_id: UUID
     called_at: float  # time.time() when send() was called
     due_at: float  # the row's due time, as a Unix timestamp

@@ -44,8 +44,10 @@ class OutgoingMessage(NamedTuple):
         )
 
 
-@dataclass(frozen=True, slots=True)
-class DecodedBody:
+class DecodedBody(NamedTuple):
+    """A received message's fields. A tuple, not a dataclass: a dispatcher decodes one per
+    message of a burst."""
+
     action_id: UUID
     action_type: str
     due_at: datetime
