@@ -7,7 +7,7 @@ from dataclasses import FrozenInstanceError, replace
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, cast
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import pytest
 
@@ -110,10 +110,16 @@ def test_a_body_written_otherwise_decodes_as_its_json_reads():
     # Shaped as the dispatcher writes them, yet not ours
     for foreign in [
         f'{{"id": "{"-" * 36}", "type": "log", "due_at": "{due}"}}',
+        f'{{"id": "{"-" * 5}{action_id.hex[:31]}", "type": "log", "due_at": "{due}"}}',
         f'{{"id": "{action_id}", "type": "log", "due_at": "2026-05-20T09:00:00"}}',
         f'{{"id": "{action_id}", "type": "log", "due_at": "tomorrow"}}',
     ]:
         assert decode_body(foreign) is None, foreign
+    # Dashes elsewhere around 32 hex digits: what uuid.UUID makes of them, as any other path
+    moved = f"{action_id.hex[:4]}-{action_id.hex[4:16]}-{action_id.hex[16:]}--"
+    decoded = decode_body(f'{{"id": "{moved}", "type": "log", "due_at": "{due}"}}')
+    assert decoded is not None
+    assert decoded.action_id == UUID(moved) == action_id
 
 
 def test_claimed_rows_become_the_actions_their_columns_make():
