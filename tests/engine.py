@@ -22,7 +22,8 @@ from tickwork.runtime import Runtime
 
 
 class RecordingQueues:
-    """A queue port that keeps what it was sent and can refuse chosen ids."""
+    """A queue port that keeps what it was sent and can refuse chosen ids (a message naming
+    one is refused whole)."""
 
     def __init__(self) -> None:
         self.sent: dict[str, list[OutgoingMessage]] = defaultdict(list)
@@ -30,17 +31,17 @@ class RecordingQueues:
         self._lock = threading.Lock()
 
     def send(self, action_type: str, messages: Sequence[OutgoingMessage]) -> list[UUID]:
-        failed = [m.action_id for m in messages if m.action_id in self.refuse]
+        refused = [m for m in messages if self.refuse.intersection(m.action_ids)]
         with self._lock:
-            self.sent[action_type].extend(m for m in messages if m.action_id not in self.refuse)
-        return failed
+            self.sent[action_type].extend(m for m in messages if m not in refused)
+        return [action_id for m in refused for action_id in m.action_ids]
 
     def change_visibility(self, action_type: str, changes: Sequence[Any]) -> int:
         return 0
 
     def ids(self, action_type: str | None = None) -> list[UUID]:
         types = [action_type] if action_type else list(self.sent)
-        return [m.action_id for t in types for m in self.sent[t]]
+        return [action_id for t in types for m in self.sent[t] for action_id in m.action_ids]
 
 
 def seed(

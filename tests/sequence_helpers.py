@@ -62,7 +62,7 @@ def let_time_come(conn: Connection, rt: Runtime, ids: Sequence[UUID], action_typ
         (list(ids),),
     )
     now = datetime.now(UTC)
-    rt.queues.send(action_type, [OutgoingMessage(i, action_type, now, now) for i in ids])
+    rt.queues.send(action_type, [OutgoingMessage((i,), action_type, now, now) for i in ids])
     drain(rt, action_type)
 
 

@@ -50,6 +50,9 @@ from tickwork.sql import query
 from tickwork.wallclock import utcnow
 
 BENCH_DATABASE = "tickwork_bench"
+# Rows of the `log` type due together share messages of up to this many ids; a burst's
+# dispatch takes `--batch` rows, in as many messages as that makes.
+ROWS_PER_MESSAGE = 100
 
 
 @dataclass
@@ -353,9 +356,11 @@ def wait_until(moment: datetime, what: str) -> None:
     time.sleep(max(0.0, remaining))
 
 
-def bench_settings(ledger: bool = True) -> Settings:
+def bench_settings(ledger: bool = True, rows_per_message: int = ROWS_PER_MESSAGE) -> Settings:
+    log = ActionTypeConfig(provider="log", options={"quiet": True},
+                           rows_per_message=rows_per_message)  # fmt: skip
     return Settings(
-        action_types={"log": ActionTypeConfig(provider="log", options={"quiet": True})},
+        action_types={"log": log},
         tick_batch_size=2000,
         tick_budget_seconds=600,
         attempts_ledger=ledger,
@@ -370,17 +375,18 @@ def wait_for(deliveries: list[Delivery], count: int, timeout: float) -> None:
 
 def run_engine(
     url: str, count: int, spread: float, workers: int, batch: int, lead: float,
-    ledger: bool = True, tick_process: bool = True,
+    ledger: bool = True, tick_process: bool = True, rows_per_message: int = ROWS_PER_MESSAGE,
 ) -> dict[str, Any]:  # fmt: skip
     """`count` rows due `lead` seconds after a tick, spread over `spread` seconds, through
     the local runtime's handlers (already running, as after any deploy). With a lead inside
     the look-ahead the tick enqueues them ahead (the design case); with no lead they fall
     due as the tick runs (rows created late, or after an outage). `tick_process`: the tick
-    in its own process, as `tickwork dev` runs it, or in a thread beside the dispatchers."""
+    in its own process, as `tickwork dev` runs it, or in a thread beside the dispatchers.
+    `batch`: messages per dispatch, each of up to `rows_per_message` rows due together."""
     with connect(url) as conn:
         workspace = reset(conn)
     local = LocalRuntime(
-        url, bench_settings(ledger), tick_interval=3600, batch_size=batch,
+        url, bench_settings(ledger, rows_per_message), tick_interval=3600, batch_size=batch,
         workers_per_type=workers, tick_process=tick_process,
     )  # fmt: skip
     provider = LogProvider({"quiet": True})
@@ -447,14 +453,17 @@ def wait_for_ticks(local: LocalRuntime, count: int, timeout: float = 120.0) -> N
         time.sleep(0.01)
 
 
-def report_burst(title: str, count: int, result: dict[str, Any], workers: int, batch: int) -> None:
+def report_burst(
+    title: str, count: int, result: dict[str, Any], workers: int, batch: int, per_message: int
+) -> None:
     tick_rate = result["tick_enqueued"] / max(result["tick_seconds"], 1e-9)
     print(f"\n{title}")
     print(f"    delivered {result['delivered']:,} ({result['distinct']:,} distinct)")
     print(f"    tick enqueue: {result['tick_enqueued']:,} rows in {result['tick_seconds']:.2f} s"
           f" = {tick_rate:,.0f} rows/s")  # fmt: skip
     print(f"    dispatch (claim + provider + finalize): {count / result['dispatch_seconds']:,.0f}"
-          f" rows/s ({workers} workers, batches of {batch})")  # fmt: skip
+          f" rows/s ({workers} workers, batches of {batch} messages of up to {per_message}"
+          " rows)")  # fmt: skip
     print(f"    end-to-end drain {result['drain_seconds']:.2f} s from the due time"
           f" = {count / result['drain_seconds']:,.0f} actions/s")  # fmt: skip
     print(f"    {result['lags']}")
@@ -611,7 +620,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--spread-rows", type=int, default=5_000)
     parser.add_argument("--spread-seconds", type=float, default=60.0)
     parser.add_argument("--workers", type=int, default=2, help="dispatcher workers")
-    parser.add_argument("--batch", type=int, default=1000, help="messages per dispatch (burst)")
+    parser.add_argument("--batch", type=int, default=1000,
+                        help="rows per dispatch and per floor statement (burst)")  # fmt: skip
+    parser.add_argument("--rows-per-message", type=int, default=ROWS_PER_MESSAGE,
+                        help="rows due together a queue message carries (burst)")  # fmt: skip
     parser.add_argument("--lead", type=float, default=20.0,
                         help="seconds between the tick and the burst's due time")  # fmt: skip
     parser.add_argument("--tick-in-thread", action="store_true",
@@ -642,9 +654,10 @@ def main(argv: Sequence[str] | None = None) -> int:
           f" the tick in {tick}; load average {load_average()}\n"
           f"{disk_sync_latency(Path(tempfile.gettempdir()))}")  # fmt: skip
 
-    n, workers, batch = args.burst, args.workers, args.batch
+    n, workers, batch, per_message = args.burst, args.workers, args.batch, args.rows_per_message
+    messages = max(1, batch // per_message)  # per dispatch: `batch` rows of a burst
     if args.ledger_compare:
-        compare_ledger(url, n, workers, batch, args.lead, args.ledger_compare)
+        compare_ledger(url, n, workers, batch, args.lead, args.ledger_compare, per_message)
         return finish(admin_url, server, cpu_at_start)
     ledger = not args.ledger_off
     if not ledger:
@@ -653,12 +666,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.spread_only:
         report_spread(url, args.spread_rows, args.spread_seconds, ledger, tick_process)
         return finish(admin_url, server, cpu_at_start)
-    ahead = run_engine(url, n, 0.0, workers, batch, args.lead, ledger, tick_process)
+    ahead = run_engine(url, n, 0.0, workers, messages, args.lead, ledger, tick_process,
+                       per_message)  # fmt: skip
     report_burst(f"(a) burst: {n:,} rows due at the same second, enqueued ahead by the tick",
-                 n, ahead, workers, batch)  # fmt: skip
-    late = run_engine(url, n, 0.0, workers, batch, 0.0, ledger, tick_process)
+                 n, ahead, workers, messages, per_message)  # fmt: skip
+    late = run_engine(url, n, 0.0, workers, messages, 0.0, ledger, tick_process, per_message)
     report_burst(f"(a') burst: {n:,} rows already due when the tick first sees them",
-                 n, late, workers, batch)  # fmt: skip
+                 n, late, workers, messages, per_message)  # fmt: skip
     print(f"    already due took {late['drain_seconds'] / ahead['drain_seconds']:.2f}x the time of"
           " enqueued ahead")  # fmt: skip
 
@@ -713,14 +727,17 @@ def report_baseline(
               f" p99 lag {lag_ratio:.1f}x lower")  # fmt: skip
 
 
-def compare_ledger(url: str, n: int, workers: int, batch: int, lead: float, rounds: int) -> None:
+def compare_ledger(
+    url: str, n: int, workers: int, batch: int, lead: float, rounds: int, per_message: int
+) -> None:
     """The burst (a) with the ledger on and off, alternately (on, off, on, off, ...) so the
     machine's drift falls on both; medians, and their ratio."""
     drains: dict[bool, list[float]] = {True: [], False: []}
     floors: dict[bool, list[float]] = {True: [], False: []}
     for i in range(rounds):
         for ledger in (True, False):
-            result = run_engine(url, n, 0.0, workers, batch, lead=lead, ledger=ledger)
+            result = run_engine(url, n, 0.0, workers, max(1, batch // per_message), lead=lead,
+                                ledger=ledger, rows_per_message=per_message)  # fmt: skip
             assert result["distinct"] == n
             drains[ledger].append(result["drain_seconds"])
             pg = result["postgres_cpu"]

@@ -28,6 +28,7 @@ ACTION_TYPE_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
 # tolerance bounds how far ahead a claimed row's due time can be: the due-index ranges
 # that find claimed and enqueued rows (Settings.in_flight_due_within) end there.
 MAX_CLOCK_SKEW_TOLERANCE_SECONDS = 60.0
+MAX_ROWS_PER_MESSAGE = 500
 
 
 class ActionTypeConfig(BaseModel):
@@ -44,6 +45,11 @@ class ActionTypeConfig(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
     # The provider's hourly limit, shown against the forecast (GET /v1/forecast).
     quota_per_hour: int | None = Field(default=None, gt=0)
+    # Rows of this type due at the same instant share a queue message of up to this many
+    # ids (a burst at 09:00 sends a tenth of the messages at 10). A dispatcher invocation
+    # takes up to its batch size times this many rows: lower it for a slow provider. At
+    # most 500, so ten messages stay within SendMessageBatch's 256 KiB.
+    rows_per_message: int = Field(default=10, ge=1, le=MAX_ROWS_PER_MESSAGE)
 
     @property
     def max_lateness(self) -> timedelta | None:
@@ -254,6 +260,12 @@ class Settings(BaseModel):
 
     def action_type(self, name: str) -> ActionTypeConfig | None:
         return self.action_types.get(name)
+
+    def rows_per_message(self, action_type: str) -> int:
+        """How many rows of a type due together one queue message may carry (one for a
+        type no longer configured)."""
+        config = self.action_types.get(action_type)
+        return config.rows_per_message if config is not None else 1
 
     def in_flight_due_within(self) -> float:
         """How far past now a row in a queue or claimed can be due: marked rows were due

@@ -53,7 +53,7 @@ from tickwork.providers.base import (
     Via,
 )
 from tickwork.providers.http import sanitize
-from tickwork.queues.port import DecodedBody, VisibilityChange, decode_body, retry_visibility
+from tickwork.queues.port import MessageRow, VisibilityChange, decode_body, retry_visibility
 from tickwork.runtime import Runtime
 from tickwork.tick import enqueue_soon, unmark
 from tickwork.wallclock import utcnow
@@ -219,7 +219,7 @@ class _Wave:
     """What one action type's share of a batch came to."""
 
     def __init__(self) -> None:
-        self.handed_back: list[DecodedBody] = []  # not claimed, or not due: back to the tick
+        self.handed_back: list[MessageRow] = []  # not claimed, or not due: back to the tick
         self.retry_later: list[UUID] = []  # not processed for the database: redeliver
         self.uncertain: list[UUID] = []  # not claimed by a retried claim: maybe by the first
 
@@ -253,15 +253,16 @@ class Dispatcher:
         summary = DispatchSummary(received=len(messages))
         self._write_pending()
         message_ids: dict[UUID, list[str]] = defaultdict(list)
-        by_type: dict[str, dict[UUID, DecodedBody]] = defaultdict(dict)
+        by_type: dict[str, dict[UUID, MessageRow]] = defaultdict(dict)
         for message_id, body in messages:
-            decoded = decode_body(body)
-            if decoded is None:
+            rows = decode_body(body)
+            if rows is None:
                 summary.ignored += 1
                 logger.warning("ignoring a message that is not Tickwork's", extra={"body": body})
                 continue
-            message_ids[decoded.action_id].append(message_id)
-            by_type[decoded.action_type][decoded.action_id] = decoded
+            for row in rows:
+                message_ids[row.action_id].append(message_id)
+                by_type[row.action_type][row.action_id] = row
         failed: list[str] = []
         unwritten: list[str] = []
         for action_type, entries in by_type.items():
@@ -270,12 +271,16 @@ class Dispatcher:
             )
             failed.extend(mid for action_id in redeliver for mid in message_ids[action_id])
             unwritten.extend(mid for i in outcome_unwritten for mid in message_ids[i])
-        return DispatchResult(failed + unwritten, summary, uncertain_message_ids=unwritten)
+        # A message comes back if any of its rows must; later, if any of them is uncertain.
+        # Its other rows are then finished or handed back: the claim skips or takes them.
+        uncertain = list(dict.fromkeys(unwritten))
+        soon = list(dict.fromkeys(failed).keys() - set(uncertain))
+        return DispatchResult(soon + uncertain, summary, uncertain_message_ids=uncertain)
 
     def _dispatch_type(
         self,
         action_type: str,
-        entries: list[DecodedBody],
+        entries: list[MessageRow],
         summary: DispatchSummary,
         deadline: float | None,
         end: float,
@@ -330,7 +335,7 @@ class Dispatcher:
     def _claim_and_call(
         self,
         action_type: str,
-        entries: list[DecodedBody],
+        entries: list[MessageRow],
         provider: Provider,
         config: ActionTypeConfig,
         deadline: float | None,
@@ -391,7 +396,7 @@ class Dispatcher:
     def _claim_wave(
         self,
         action_type: str,
-        due: list[DecodedBody],
+        due: list[MessageRow],
         config: ActionTypeConfig,
         provider: Provider,
         end: float,
@@ -414,7 +419,7 @@ class Dispatcher:
     def _claim(
         self,
         action_type: str,
-        due: list[DecodedBody],
+        due: list[MessageRow],
         config: ActionTypeConfig,
         idempotent: bool,
         end: float,
@@ -766,9 +771,9 @@ def retry_soon(
     settings = runtime.settings
     by_type: dict[str, list[VisibilityChange]] = defaultdict(list)
     for record in records:
-        decoded = decode_body(record.get("body", ""))
+        rows = decode_body(record.get("body", ""))
         handle = record.get("receiptHandle")
-        if decoded is None or not handle:
+        if not rows or not handle:
             continue
         try:
             count = int(record.get("attributes", {}).get("ApproximateReceiveCount", "1"))
@@ -777,7 +782,7 @@ def retry_soon(
         visibility = seconds or retry_visibility(
             count, settings.retry_visibility_base_seconds, settings.retry_visibility_cap_seconds
         )
-        by_type[decoded.action_type].append(VisibilityChange(handle, visibility))
+        by_type[rows[0].action_type].append(VisibilityChange(handle, visibility))
     for action_type, changes in by_type.items():
         try:
             runtime.queues.change_visibility(action_type, changes)

@@ -29,7 +29,7 @@ from psycopg.pq import TransactionStatus
 from tickwork.config import Settings
 from tickwork.db import Connection
 from tickwork.observability import emit, logger, run_budget
-from tickwork.queues.port import OutgoingMessage, QueuePort
+from tickwork.queues.port import OutgoingMessage, QueuePort, doorbells
 from tickwork.runtime import Runtime
 from tickwork.sql import query
 from tickwork.wallclock import utcnow
@@ -131,19 +131,20 @@ def marking(conn: Connection) -> Iterator[None]:
 
 
 def send_rows(
-    conn: Connection, queues: QueuePort, rows: Sequence[DueRow], now: datetime
+    conn: Connection, queues: QueuePort, rows: Sequence[DueRow], now: datetime, settings: Settings
 ) -> tuple[dict[str, int], list[UUID]]:
-    """Send marked rows to their queues; un-mark the ones that failed.
-    Returns (sent per action type, failed ids)."""
+    """Send marked rows to their queues, rows of a type due at the same instant sharing
+    messages; un-mark the rows whose message failed. Returns (sent per action type, failed
+    ids)."""
     by_type: dict[str, list[OutgoingMessage]] = defaultdict(list)
-    for row in rows:
-        by_type[row.action_type].append(OutgoingMessage(*row, now))
+    for message in doorbells(rows, now, settings.rows_per_message):
+        by_type[message.action_type].append(message)
     sent: dict[str, int] = {}
     failed: list[UUID] = []
     for action_type, messages in by_type.items():
         not_sent = queues.send(action_type, messages)
         failed.extend(not_sent)
-        sent[action_type] = len(messages) - len(not_sent)
+        sent[action_type] = sum(len(m.action_ids) for m in messages) - len(not_sent)
     refused = set(failed)
     unmark(conn, [(row.id, row.due_at) for row in rows if row.id in refused])
     return sent, failed
@@ -169,7 +170,7 @@ def enqueue_soon(
             _MARK_BY_ID,
             {"ids": list(ids), "horizon": horizon, "action_types": active_action_types(settings)},
         ).fetchall()
-        sent, _ = send_rows(conn, queues, list(map(DueRow._make, marked)), now)
+        sent, _ = send_rows(conn, queues, list(map(DueRow._make, marked)), now, settings)
     return sum(sent.values())
 
 
@@ -249,7 +250,7 @@ def run_tick(
             rows = mark_due(conn, now + lookahead, settings.tick_batch_size, action_types, after)
             if not rows:
                 break
-            sent, failed = send_rows(conn, queues, rows, now)
+            sent, failed = send_rows(conn, queues, rows, now, settings)
         after = (rows[-1].due_at, rows[-1].id)
         summary.passes += 1
         for action_type, count in sent.items():

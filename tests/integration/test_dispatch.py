@@ -37,7 +37,7 @@ def log_provider(runtime: Runtime, action_type: str = "log") -> LogProvider:
 def send(runtime: Runtime, ids: list[Any], due_at: datetime, action_type: str = "log") -> None:
     """Put messages on the in-process queue as the tick would (without marking rows)."""
     now = datetime.now(UTC)
-    runtime.queues.send(action_type, [OutgoingMessage(i, action_type, due_at, now) for i in ids])
+    runtime.queues.send(action_type, [OutgoingMessage((i,), action_type, due_at, now) for i in ids])
 
 
 def delivered_ids(runtime: Runtime, action_type: str = "log") -> Counter[Any]:
@@ -85,7 +85,7 @@ def test_a_message_far_ahead_of_its_row_is_handed_back_to_the_tick(conn, workspa
     conn.execute("update scheduled_actions set enqueued_at = now()")
     # a stray message arriving now, ten minutes early
     queue = runtime.queues.queue("log")  # type: ignore[attr-defined]
-    queue.send(OutgoingMessage(action_id, "log", due, due).body())
+    queue.send(OutgoingMessage((action_id,), "log", due, due).body())
     messages = queue.receive(10)
     result = Dispatcher(runtime).dispatch([(m.message_id, m.body) for m in messages])
     assert result.summary.skipped == 1
@@ -103,7 +103,7 @@ def test_a_message_slightly_early_waits_out_the_remainder(conn, workspace, runti
         slept.append(seconds)
         time.sleep(seconds)
 
-    body = OutgoingMessage(action_id, "log", due, due).body()
+    body = OutgoingMessage((action_id,), "log", due, due).body()
     result = Dispatcher(runtime, sleep=sleep).dispatch([("m1", body)])
     assert result.summary.published == 1
     assert len(slept) == 1
@@ -124,18 +124,40 @@ def test_kill_switch_in_the_dispatcher_keeps_rows_queued(conn, workspace, runtim
 
 
 def test_database_unreachable_reports_every_message_as_failed(conn, workspace, runtime, now):
-    [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
+    action_id, *due_together = seed(conn, workspace, 4, now - timedelta(seconds=1))
     broken = Runtime(
         settings=runtime.settings.model_copy(update={"database_wait_seconds": 0.3}),
         db=Database("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"),
         queues=runtime.queues,
         providers=runtime.providers,
     )
-    body = OutgoingMessage(action_id, "log", now, 0).body()
-    result = Dispatcher(broken).dispatch([("m1", body), ("m2", "not ours")])
-    assert result.failed_message_ids == ["m1"]
+    body = OutgoingMessage((action_id,), "log", now, 0).body()
+    shared = OutgoingMessage(tuple(due_together), "log", now, 0).body()
+    result = Dispatcher(broken).dispatch([("m1", body), ("m2", "not ours"), ("m3", shared)])
+    # Each failed message once, however many of its rows were left
+    assert sorted(result.failed_message_ids) == ["m1", "m3"]
     assert result.summary.ignored == 1
-    assert row(conn, action_id)["status"] == "queued"
+    assert statuses(conn) == {"queued": 4}
+
+
+def test_one_message_rings_for_rows_due_together_and_each_is_settled_alone(
+    conn, workspace, runtime, now
+):
+    # Given one message for five rows due together: one cancelled, one already published
+    ids = seed(conn, workspace, 5, now - timedelta(seconds=1))
+    conn.execute("update scheduled_actions set status = 'cancelled', finished_at = now()"
+                 " where id = %s", (ids[0],))  # fmt: skip
+    send(runtime, [ids[1]], now)
+    drain(runtime)
+    message = OutgoingMessage(tuple(ids), "log", now, now)
+    # When it is delivered twice, in two batches
+    runtime.queues.send("log", [message, message])
+    summary = drain(runtime, batch_size=1)
+    # Then the three others are published once, and the message leaves nothing behind
+    assert (summary.published, summary.skipped) == (3, 7)
+    assert delivered_ids(runtime) == Counter(ids[1:])
+    assert statuses(conn) == {"cancelled": 1, "published": 4}
+    assert runtime.queues.queue("log").depth()["in_flight"] == 0  # type: ignore[attr-defined]
 
 
 def test_the_lambda_handler_answers_with_partial_batch_failures(conn, workspace, runtime, now):

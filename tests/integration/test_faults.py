@@ -60,7 +60,7 @@ def proxied(runtime: Runtime, proxy: DbProxy, **settings: Any) -> Runtime:
 
 
 def body(action_id: UUID, due_at: datetime, action_type: str = "log") -> str:
-    return OutgoingMessage(action_id, action_type, due_at, 0).body()
+    return OutgoingMessage((action_id,), action_type, due_at, 0).body()
 
 
 class CuttingProvider:
@@ -198,6 +198,29 @@ def test_a_claim_retried_after_an_error_keeps_the_message_of_a_row_it_may_have_c
     again = Dispatcher(outage).dispatch([("m1", body(action_id, now))])
     assert again.summary.published == 1
     assert row(conn, action_id)["status"] == "published"
+
+
+def test_a_message_with_a_row_its_retried_claim_may_have_taken_comes_back_late_whole(
+    conn, workspace, runtime, proxy, now
+):
+    from tickwork import actions
+
+    # Given a message for two rows due together, one claimed unseen by a lost answer
+    unseen, other = seed(conn, workspace, 2, now - timedelta(seconds=1))
+    [alone] = seed(conn, workspace, 1, now - timedelta(seconds=2))
+    assert actions.claim(conn, "log", [unseen])
+    proxy.cut()
+    proxy.restore_after(0.5)
+    shared = OutgoingMessage((unseen, other), "log", now, 0).body()
+    # When the retried claim gets the other row and the one of another message
+    result = Dispatcher(proxied(runtime, proxy)).dispatch(
+        [("m1", shared), ("m2", body(alone, now))]
+    )
+    # Then those are published, and the shared message comes back after reclaim_after only
+    assert result.summary.published == 2
+    assert (row(conn, other)["status"], row(conn, alone)["status"]) == ("published",) * 2
+    assert result.uncertain_message_ids == ["m1"]
+    assert result.failed_message_ids == ["m1"]
 
 
 # ------------------------------------ 3. a local runtime restarted releases its queue

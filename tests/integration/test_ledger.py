@@ -112,7 +112,7 @@ def test_a_refusal_is_recorded_with_its_code_and_no_secret(conn, workspace, runt
 def test_a_claim_undone_before_any_call_leaves_no_entry(conn, workspace, runtime, now):
     # Given a row whose dispatcher is out of time before the provider call
     [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
-    body = OutgoingMessage(action_id, "log", now, 0).body()
+    body = OutgoingMessage((action_id,), "log", now, 0).body()
     Dispatcher(runtime).dispatch([("m1", body)], deadline=time.monotonic() - 1)
     # Then the claim is reverted and the ledger has nothing: no call was made
     assert row(conn, action_id)["status"] == "queued"

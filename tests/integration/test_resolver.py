@@ -157,7 +157,7 @@ def test_a_delivery_whose_outcome_was_lost_ends_published_with_no_second_copy(
         outage = Runtime(settings=runtime.settings, db=Database(proxy.url),
                          queues=runtime.queues, providers=runtime.providers)  # fmt: skip
         [action_id] = webhook_rows(conn, workspace, now)
-        body = OutgoingMessage(action_id, "webhook", now, 0).body()
+        body = OutgoingMessage((action_id,), "webhook", now, 0).body()
         result = Dispatcher(outage).dispatch([("m1", body)], end=time.monotonic() + 1)
         assert result.summary.unwritten == 1
         dispatch_module._Pending.outcomes = []  # the process died with it

@@ -15,7 +15,8 @@ from moto import mock_aws
 from tests.engine import seed, statuses
 from tests.handlers import FakeLambdaContext, load_handler
 from tickwork import runtime as runtime_slot
-from tickwork.queues.port import OutgoingMessage, VisibilityChange
+from tickwork.config import MAX_ROWS_PER_MESSAGE
+from tickwork.queues.port import OutgoingMessage, VisibilityChange, decode_body
 from tickwork.queues.sqs import SqsQueues
 from tickwork.runtime import Runtime
 from tickwork.tick import run_tick
@@ -46,17 +47,64 @@ def receive_all(sqs: Any, url: str) -> list[dict[str, Any]]:
 def test_send_uses_batches_of_ten_and_carries_the_row(sqs, now):
     url = make_queue(sqs, "tickwork-webhook")
     queues = SqsQueues({"webhook": url}, client=sqs)
-    messages = [OutgoingMessage(uuid4(), "webhook", now, now) for _ in range(23)]
+    messages = [OutgoingMessage((uuid4(),), "webhook", now, now) for _ in range(23)]
     assert queues.send("webhook", messages) == []
     received = receive_all(sqs, url)
     bodies = sorted(json.loads(m["Body"])["id"] for m in received)
-    assert bodies == sorted(str(m.action_id) for m in messages)
+    assert bodies == sorted(str(m.action_ids[0]) for m in messages)
+
+
+def test_rows_due_together_travel_together_within_sqs_request_limits(sqs, now):
+    # Given ten messages of the most rows a message may carry, due together
+    url = make_queue(sqs, "tickwork-webhook")
+    queues = SqsQueues({"webhook": url}, client=sqs)
+    messages = [
+        OutgoingMessage(tuple(uuid4() for _ in range(MAX_ROWS_PER_MESSAGE)), "webhook", now, now)
+        for _ in range(10)
+    ]
+    # Then one SendMessageBatch of them stays within SQS's 256 KiB a request
+    assert sum(len(m.body().encode()) for m in messages) <= 256 * 1024
+    # And every row arrives, named by the message that carried it
+    assert queues.send("webhook", messages) == []
+    rows = [row for m in receive_all(sqs, url) for row in decode_body(m["Body"]) or []]
+    assert sorted(row.action_id for row in rows) == sorted(
+        i for m in messages for i in m.action_ids
+    )
+    assert {(row.action_type, row.due_at) for row in rows} == {("webhook", now)}
+
+
+def test_a_refused_request_reports_every_row_of_its_messages(sqs, now):
+    # Given a queue that takes messages of at most 1 KiB, and a message of 30 rows (1.2 KiB)
+    url = make_queue(sqs, "tickwork-webhook", MaximumMessageSize="1024")
+    queues = SqsQueues({"webhook": url}, client=sqs)
+    big = OutgoingMessage(tuple(uuid4() for _ in range(30)), "webhook", now, now)
+    small = OutgoingMessage((uuid4(),), "webhook", now, now)
+    # Then the request fails, and every row of both messages is reported not sent
+    assert sorted(queues.send("webhook", [small, big])) == sorted(small.action_ids + big.action_ids)
+
+
+class PartlyFailingClient:
+    """SendMessageBatch answering that its second entry failed: an answer moto does not
+    give for a valid request, which SQS gives for an internal error on one entry."""
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        failed = Entries[1]
+        return {
+            "Successful": [{"Id": e["Id"]} for e in Entries if e is not failed],
+            "Failed": [{"Id": failed["Id"], "SenderFault": False, "Code": "InternalError"}],
+        }
+
+
+def test_a_failed_entry_reports_the_rows_of_its_message_only(now):
+    queues = SqsQueues({"webhook": "https://sqs.example/q"}, client=PartlyFailingClient())  # type: ignore[arg-type]
+    messages = [OutgoingMessage((uuid4(), uuid4()), "webhook", now, now) for _ in range(3)]
+    assert queues.send("webhook", messages) == list(messages[1].action_ids)
 
 
 def test_delay_seconds_hold_a_message_back(sqs, now):
     url = make_queue(sqs, "tickwork-webhook")
     queues = SqsQueues({"webhook": url}, client=sqs)
-    later = OutgoingMessage(uuid4(), "webhook", now + timedelta(seconds=60), now)
+    later = OutgoingMessage((uuid4(),), "webhook", now + timedelta(seconds=60), now)
     assert later.delay_seconds == 60
     queues.send("webhook", [later])
     assert receive_all(sqs, url) == []
@@ -64,15 +112,15 @@ def test_delay_seconds_hold_a_message_back(sqs, now):
 
 def test_unknown_queue_or_refused_send_reports_every_id(sqs, now):
     queues = SqsQueues({"webhook": "https://sqs.us-east-1.amazonaws.com/123/nope"}, client=sqs)
-    messages = [OutgoingMessage(uuid4(), "webhook", now, now) for _ in range(3)]
-    assert sorted(queues.send("webhook", messages)) == sorted(m.action_id for m in messages)
+    messages = [OutgoingMessage((uuid4(),), "webhook", now, now) for _ in range(3)]
+    assert sorted(queues.send("webhook", messages)) == sorted(m.action_ids[0] for m in messages)
     assert len(queues.send("sms", messages)) == 3
 
 
 def test_a_failed_message_comes_back_after_its_shortened_visibility(sqs, now):
     url = make_queue(sqs, "tickwork-webhook", VisibilityTimeout="360")
     queues = SqsQueues({"webhook": url}, client=sqs)
-    queues.send("webhook", [OutgoingMessage(uuid4(), "webhook", now, now)])
+    queues.send("webhook", [OutgoingMessage((uuid4(),), "webhook", now, now)])
     [received] = receive_all(sqs, url)
     assert receive_all(sqs, url) == []  # hidden for the queue's 360 s
     changed = queues.change_visibility("webhook", [VisibilityChange(received["ReceiptHandle"], 0)])

@@ -25,7 +25,7 @@ def test_due_rows_are_enqueued_with_whole_second_delays(conn, workspace, setting
     # When the tick runs
     summary = run_tick(conn, queues, settings, clock=lambda: now)
     # Then both near rows are sent with the whole seconds not yet passed, the far one is not
-    delays = {m.action_id: m.delay_seconds for m in queues.sent["log"]}
+    delays = {i: m.delay_seconds for m in queues.sent["log"] for i in m.action_ids}
     assert delays == {due_now: 0, soon: 30}
     assert summary.enqueued == {"log": 2}
     assert row(conn, later)["enqueued_at"] is None
@@ -123,7 +123,8 @@ def test_a_lost_message_is_enqueued_again_after_the_redelivery_timeout(
 
 
 def test_rows_whose_send_failed_are_unmarked_for_the_next_pass(conn, workspace, settings, now):
-    ids = seed(conn, workspace, 5, now - timedelta(seconds=1))
+    # Given five rows due a second apart: a message each
+    ids = seed(conn, workspace, 5, now - timedelta(seconds=10), spread=timedelta(seconds=5))
     queues = RecordingQueues()
     queues.refuse = {ids[1], ids[3]}
     summary = run_tick(conn, queues, settings)
@@ -134,6 +135,30 @@ def test_rows_whose_send_failed_are_unmarked_for_the_next_pass(conn, workspace, 
     queues.refuse = set()
     assert run_tick(conn, queues, settings).enqueued == {"log": 2}
     assert sorted(queues.ids()) == sorted(ids)
+
+
+def test_rows_due_together_share_messages_and_a_failed_one_unmarks_its_rows(
+    conn, workspace, settings, now
+):
+    # Given 25 rows due at the same instant, of a type whose messages carry up to 10 rows
+    ids = seed(conn, workspace, 25, now - timedelta(seconds=1))
+    tens = with_types(settings, log=ActionTypeConfig(provider="log", rows_per_message=10))
+    queues = RecordingQueues()
+    queues.refuse = {ids[0]}
+    # When the tick sends them and the queue refuses the message naming one of them
+    summary = run_tick(conn, queues, tens)
+    # Then they went in three messages, and the rows of the refused one are unmarked
+    refused = set(ids) - set(queues.ids())
+    assert ids[0] in refused
+    assert sorted([len(m.action_ids) for m in queues.sent["log"]] + [len(refused)]) == [5, 10, 10]
+    assert summary.send_failures == len(refused)
+    assert summary.enqueued == {"log": 25 - len(refused)}
+    assert {i: row(conn, i)["enqueued_at"] is None for i in ids} == {i: i in refused for i in ids}
+    # And the next tick sends them, due together as before
+    queues.refuse = set()
+    assert run_tick(conn, queues, tens).enqueued == {"log": len(refused)}
+    assert sorted(queues.ids()) == sorted(ids)
+    assert all(m.due_at == now - timedelta(seconds=1) for m in queues.sent["log"])
 
 
 def test_rows_of_unconfigured_types_stay_queued(conn, workspace, settings, now):

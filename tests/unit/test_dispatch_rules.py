@@ -15,7 +15,7 @@ from tickwork.actions import Claimed, rows_as
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.dispatch import backoff_seconds, decide
 from tickwork.providers.base import Ambiguous, Delivered, NotSent, Rejected, Transient
-from tickwork.queues.port import DecodedBody, OutgoingMessage, decode_body
+from tickwork.queues.port import MessageRow, OutgoingMessage, decode_body, doorbells
 
 NOW = datetime(2026, 5, 20, 9, 0, tzinfo=UTC)
 SETTINGS = Settings(max_attempts=5, backoff_base_seconds=2, backoff_cap_seconds=60)
@@ -79,32 +79,37 @@ def test_not_sent_reverts_the_claim():
     [(-5, 0), (0, 0), (0.4, 0), (30.7, 30), (899.99, 899), (5000, 900)],
 )
 def test_message_delay_is_the_whole_seconds_not_yet_passed(seconds_ahead, delay):
-    message = OutgoingMessage(uuid4(), "x", NOW + timedelta(seconds=seconds_ahead), NOW)
+    message = OutgoingMessage((uuid4(),), "x", NOW + timedelta(seconds=seconds_ahead), NOW)
     assert message.delay_seconds == delay
 
 
 @pytest.mark.parametrize("action_type", ["webhook", "send_sms", 'odd "name\\', "caf\u00e9"])
-def test_a_message_body_is_the_json_of_its_fields(action_type):
-    message = OutgoingMessage(uuid4(), action_type, NOW + timedelta(seconds=3), NOW)
-    fields = {"id": str(message.action_id), "type": action_type,
-              "due_at": message.due_at.isoformat()}  # fmt: skip
-    assert message.body() == json.dumps(fields)
-    decoded = decode_body(message.body())
-    assert decoded is not None
-    assert (decoded.action_id, decoded.action_type, decoded.due_at) == (
-        message.action_id, action_type, message.due_at,
+@pytest.mark.parametrize("rows", [1, 3])
+def test_a_message_body_is_the_json_of_its_fields(action_type, rows):
+    message = OutgoingMessage(
+        tuple(uuid4() for _ in range(rows)), action_type, NOW + timedelta(seconds=3), NOW
+    )
+    ids: dict[str, Any] = (
+        {"id": str(message.action_ids[0])} if rows == 1
+        else {"ids": [str(i) for i in message.action_ids]}
     )  # fmt: skip
+    fields = ids | {"type": action_type, "due_at": message.due_at.isoformat()}
+    assert message.body() == json.dumps(fields)
+    assert decode_body(message.body()) == [
+        MessageRow(action_id, action_type, message.due_at) for action_id in message.action_ids
+    ]
 
 
 def test_a_body_written_otherwise_decodes_as_its_json_reads():
     action_id = uuid4()
     due = "2026-05-20T09:00:00+00:00"
-    expected = DecodedBody(action_id, "log", NOW)
+    expected = [MessageRow(action_id, "log", NOW)]
     for body in [
         json.dumps({"type": "log", "id": str(action_id), "due_at": due}),  # another key order
         json.dumps({"id": str(action_id).upper(), "type": "log", "due_at": due}, indent=1),
         f'{{"id": "{action_id}", "type": "lo\\u0067", "due_at": "{due}"}}',  # an escape
         f'{{"id": "{action_id}", "type": "log", "due_at": "2026-05-20T09:00:00Z"}}',
+        json.dumps({"ids": [str(action_id).upper()], "type": "log", "due_at": due}),
     ]:
         assert decode_body(body) == expected, body
     # Shaped as the dispatcher writes them, yet not ours
@@ -118,8 +123,45 @@ def test_a_body_written_otherwise_decodes_as_its_json_reads():
     # Dashes elsewhere around 32 hex digits: what uuid.UUID makes of them, as any other path
     moved = f"{action_id.hex[:4]}-{action_id.hex[4:16]}-{action_id.hex[16:]}--"
     decoded = decode_body(f'{{"id": "{moved}", "type": "log", "due_at": "{due}"}}')
-    assert decoded is not None
-    assert decoded.action_id == UUID(moved) == action_id
+    assert decoded == [MessageRow(UUID(moved), "log", NOW)]
+    assert UUID(moved) == action_id
+
+
+def test_a_message_naming_several_rows_is_ours_only_when_every_id_is_one():
+    ids = [str(uuid4()), str(uuid4())]
+    due = "2026-05-20T09:00:00+00:00"
+    for foreign in [
+        {"ids": [], "type": "log", "due_at": due},  # names no row
+        {"ids": ids[0], "type": "log", "due_at": due},  # not a list
+        {"ids": [ids[0], 7], "type": "log", "due_at": due},  # one id not a string
+        {"ids": [ids[0], "x"], "type": "log", "due_at": due},  # one id not a uuid
+        {"ids": [ids[0], "-" * 36], "type": "log", "due_at": due},
+        {"ids": ids, "id": ids[0], "type": "log", "due_at": due},  # both: which one?
+        {"ids": ids, "type": 7, "due_at": due},
+        {"ids": ids, "type": "log"},
+        [ids, "log", due],
+    ]:
+        assert decode_body(json.dumps(foreign)) is None, foreign
+    rows = decode_body(json.dumps({"ids": ids, "type": "log", "due_at": due}))
+    assert rows == [MessageRow(UUID(i), "log", NOW) for i in ids]
+
+
+def test_rows_due_at_one_instant_share_messages_and_others_have_their_own():
+    at_nine = NOW
+    burst = [(uuid4(), "email", at_nine) for _ in range(25)]
+    webhook = [(uuid4(), "webhook", at_nine) for _ in range(2)]
+    spread = [(uuid4(), "email", at_nine + timedelta(milliseconds=i + 1)) for i in range(3)]
+    # In any order: the tick's rows are in due order, enqueue_soon's in the statement's.
+    rows = burst[:10] + spread[:1] + webhook + burst[10:] + spread[1:]
+    per_type = {"email": 10, "webhook": 5}
+    messages = doorbells(rows, NOW, per_type.__getitem__)
+    assert sorted(len(m.action_ids) for m in messages) == [1, 1, 1, 2, 5, 10, 10]
+    for message in messages:
+        assert {(i, message.action_type, message.due_at) for i in message.action_ids} <= set(rows)
+        assert message.sent_at == NOW
+    assert sorted(i for m in messages for i in m.action_ids) == sorted(r[0] for r in rows)
+    # One row a message when the type says so
+    assert all(len(m.action_ids) == 1 for m in doorbells(rows, NOW, lambda _: 1))
 
 
 def test_claimed_rows_become_the_actions_their_columns_make():
@@ -137,14 +179,8 @@ def test_claimed_rows_become_the_actions_their_columns_make():
 
 
 def test_message_bodies_round_trip_and_foreign_ones_are_refused():
-    message = OutgoingMessage(uuid4(), "webhook", NOW, NOW)
-    decoded = decode_body(message.body())
-    assert decoded is not None
-    assert (decoded.action_id, decoded.action_type, decoded.due_at) == (
-        message.action_id,
-        "webhook",
-        NOW,
-    )
+    message = OutgoingMessage((uuid4(),), "webhook", NOW, NOW)
+    assert decode_body(message.body()) == [MessageRow(message.action_ids[0], "webhook", NOW)]
     naive_due = f'{{"id": "{uuid4()}", "type": "a", "due_at": "2026-01-01T00:00:00"}}'
     bad_id = '{"id": "x", "type": "a", "due_at": "2026-01-01T00:00:00Z"}'
     for foreign in ["", "{}", bad_id, naive_due]:

@@ -38,14 +38,15 @@ def test_messages_sent_through_the_host_arrive_in_its_queue_with_their_delay(hos
     due_now, due_later = uuid4(), uuid4()
     # Given two rows, one due now and one in an hour, sent from "another process"
     RemoteQueues(connection).send("log", [
-        OutgoingMessage(due_now, "log", now, now),
-        OutgoingMessage(due_later, "log", now + timedelta(hours=1), now),
+        OutgoingMessage((due_now,), "log", now, now),
+        OutgoingMessage((due_later,), "log", now + timedelta(hours=1), now),
     ])  # fmt: skip
     # Then the host's queue holds both, and only the due one is visible
     queue = queues.queue("log")
     assert queue.depth() == {"visible": 1, "delayed": 1, "in_flight": 0, "dead_letters": 0}
     received = connection.receive("log", 10, 0.0)
-    assert [decode_body(body).action_id for _, body, _, _, _ in received] == [due_now]
+    rows = [row for _, body, _, _, _ in received for row in decode_body(body) or []]
+    assert [row.action_id for row in rows] == [due_now]
     # And a visibility change and a delete made remotely act on the host's message
     handle = received[0][2]
     assert RemoteQueues(connection).change_visibility("log", [VisibilityChange(handle, 0)]) == 1
@@ -62,7 +63,7 @@ def test_a_message_sent_through_the_host_is_visible_at_its_rows_due_time():
     try:
         due_at = datetime.fromtimestamp(1000.5, UTC)
         # When a row due at 1000.5 is sent: however long it took to arrive
-        RemoteQueues(connection).send("log", [OutgoingMessage(uuid4(), "log", due_at, due_at)])
+        RemoteQueues(connection).send("log", [OutgoingMessage((uuid4(),), "log", due_at, due_at)])
         # Then its message becomes visible at 1000.5, not a delay after its arrival
         queue = queues.queue("log")
         now[0] = 1000.499

@@ -29,7 +29,7 @@ from multiprocessing.queues import SimpleQueue
 from typing import Any, TypeVar
 
 from tickwork import migrate, runtime, tick
-from tickwork.config import ActionTypeConfig, Settings
+from tickwork.config import DEFAULT_ACTION_TYPES, ActionTypeConfig, Settings
 from tickwork.connections.secrets import MemorySecretStore, SecretStore
 from tickwork.db import Database, SessionLimits, connect, local_api_login
 from tickwork.local import handlers
@@ -177,7 +177,10 @@ class LocalRuntime:
                                     on_delivery=on_delivery),
         )  # fmt: skip
         self.sandbox = ProviderSandbox(on_arrival=on_arrival)
-        if not os.environ.get("TICKWORK_ACTION_TYPES"):
+        # Action types nobody configured (neither TICKWORK_ACTION_TYPES nor the caller's
+        # settings) are the local stand-ins: the receiver, the sandbox, printed posts.
+        configured = settings.action_types != DEFAULT_ACTION_TYPES
+        if not (os.environ.get("TICKWORK_ACTION_TYPES") or configured):
             settings = settings.model_copy(
                 update={"action_types": dev_action_types(self.receiver.url, self.sandbox.url)}
             )

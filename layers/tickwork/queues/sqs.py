@@ -35,7 +35,7 @@ class SqsQueues:
         url = self.queue_urls.get(action_type)
         if url is None:
             logger.error("no queue configured", extra={"action_type": action_type})
-            return [m.action_id for m in messages]
+            return [action_id for m in messages for action_id in m.action_ids]
         chunks = [messages[i : i + BATCH_LIMIT] for i in range(0, len(messages), BATCH_LIMIT)]
         if len(chunks) == 1:
             return self._send_chunk(url, chunks[0])
@@ -45,18 +45,18 @@ class SqsQueues:
 
     def _send_chunk(self, url: str, chunk: Sequence[OutgoingMessage]) -> list[UUID]:
         entries: list[Any] = [
-            {"Id": m.action_id.hex, "MessageBody": m.body(), "DelaySeconds": m.delay_seconds}
-            for m in chunk
+            {"Id": str(i), "MessageBody": m.body(), "DelaySeconds": m.delay_seconds}
+            for i, m in enumerate(chunk)
         ]
         try:
             response = self.client.send_message_batch(QueueUrl=url, Entries=entries)
         except (ClientError, BotoCoreError) as exc:
             logger.warning("SendMessageBatch failed", extra={"error": str(exc), "size": len(chunk)})
-            return [m.action_id for m in chunk]
+            return [action_id for m in chunk for action_id in m.action_ids]
         failed = response.get("Failed", [])
         if failed:
             logger.warning("SendMessageBatch partly failed", extra={"failed": failed})
-        return [UUID(entry["Id"]) for entry in failed]
+        return [action_id for entry in failed for action_id in chunk[int(entry["Id"])].action_ids]
 
     def change_visibility(self, action_type: str, changes: Sequence[VisibilityChange]) -> int:
         url = self.queue_urls.get(action_type)
