@@ -225,7 +225,8 @@ def render(status: Status) -> str:
     )
     lines.append("")
     if status.queues is not None:
-        lines.append(f"queues ({status.queues_from}):")
+        # A message may ring for several rows due together (rows_per_message).
+        lines.append(f"queue messages ({status.queues_from}):")
         for name, depth in status.queues.items():
             lines.append(
                 f"  {name:<14}visible {depth.visible}, delayed {depth.delayed},"
