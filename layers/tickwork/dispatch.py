@@ -273,9 +273,11 @@ class Dispatcher:
             unwritten.extend(mid for i in outcome_unwritten for mid in message_ids[i])
         # A message comes back if any of its rows must; later, if any of them is uncertain.
         # Its other rows are then finished or handed back: the claim skips or takes them.
-        uncertain = list(dict.fromkeys(unwritten))
-        soon = list(dict.fromkeys(failed).keys() - set(uncertain))
-        return DispatchResult(soon + uncertain, summary, uncertain_message_ids=uncertain)
+        uncertain = dict.fromkeys(unwritten)  # each once, in order
+        soon = [mid for mid in dict.fromkeys(failed) if mid not in uncertain]
+        return DispatchResult(
+            soon + list(uncertain), summary, uncertain_message_ids=list(uncertain)
+        )
 
     def _dispatch_type(
         self,
