@@ -62,14 +62,10 @@ def doorbells(
     A message's rows all have its due time, which the dispatcher hands back with them."""
     groups: dict[tuple[str, datetime], list[UUID]] = {}
     for action_id, action_type, due_at in rows:
-        group = groups.get((action_type, due_at))
-        if group is None:
-            groups[(action_type, due_at)] = [action_id]
-        else:
-            group.append(action_id)
+        groups.setdefault((action_type, due_at), []).append(action_id)
     messages = []
     for (action_type, due_at), ids in groups.items():
-        size = max(1, rows_per_message(action_type))
+        size = rows_per_message(action_type)
         for start in range(0, len(ids), size):
             chunk = tuple(ids[start : start + size])
             messages.append(OutgoingMessage(chunk, action_type, due_at, sent_at))
