@@ -15,6 +15,7 @@ the process to be written first thing by its next invocation, and its message is
 
 from __future__ import annotations
 
+import itertools
 import math
 import queue
 import random
@@ -215,6 +216,19 @@ def attempt_of(outcome: Outcome, number: int, started: float, finished: float) -
     return Attempt(number, started, finished, kind, excerpt=excerpt)
 
 
+def taking_turns(claimed: list[Claimed]) -> list[Claimed]:
+    """A wave's rows with their workspaces taking turns (each one's rows in their order): a
+    provider pool smaller than the wave starts a small workspace's row before a big one's
+    whole share of the batch."""
+    lines: dict[UUID, list[Claimed]] = {}
+    for action in claimed:
+        lines.setdefault(action.workspace_id, []).append(action)
+    if len(lines) < 2:
+        return claimed
+    turns = itertools.zip_longest(*lines.values())
+    return [action for turn in turns for action in turn if action is not None]
+
+
 class _Wave:
     """What one action type's share of a batch came to."""
 
@@ -378,7 +392,7 @@ class Dispatcher:
                             continue
                         summary.claimed += len(claimed)
                         vias = self._connections(claimed, config.provider)
-                        for action in claimed:
+                        for action in taking_turns(claimed):
                             outstanding += 1
                             call = (completions, provider, action, deadline, vias.get(action.id))
                             if pool is not None:

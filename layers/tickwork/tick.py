@@ -52,6 +52,7 @@ class DueRow(NamedTuple):
     id: UUID
     action_type: str
     due_at: datetime
+    workspace_id: UUID
 
 
 @dataclass

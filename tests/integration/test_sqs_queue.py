@@ -12,10 +12,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from tests.conftest import make_workspace
 from tests.engine import seed, statuses
 from tests.handlers import FakeLambdaContext, load_handler
 from tickwork import runtime as runtime_slot
-from tickwork.config import MAX_ROWS_PER_MESSAGE
+from tickwork.config import MAX_ROWS_PER_MESSAGE, ActionTypeConfig, Settings
 from tickwork.queues.port import OutgoingMessage, VisibilityChange, decode_body
 from tickwork.queues.sqs import SqsQueues
 from tickwork.runtime import Runtime
@@ -180,3 +181,22 @@ def test_tick_to_sqs_to_dispatcher_handler(sqs, conn, workspace, runtime, now):
     assert statuses(conn) == {"published": 4}
     delivered = runtime.providers.for_action_type("log").deliveries  # type: ignore[attr-defined]
     assert sorted(d.action_id for d in delivered) == sorted(ids)
+
+
+def test_each_message_travels_in_its_workspaces_group(sqs, conn, workspace, now):
+    # Given two workspaces' rows due together
+    other = make_workspace(conn, "Other")
+    mine = seed(conn, workspace, 3, now - timedelta(seconds=1))
+    theirs = seed(conn, other, 2, now - timedelta(seconds=1))
+    url = make_queue(sqs, "tickwork-log")
+    settings = Settings(action_types={"log": ActionTypeConfig(provider="log")})
+    # When the tick sends them to SQS
+    assert run_tick(conn, SqsQueues({"log": url}, client=sqs), settings).enqueued == {"log": 5}
+    # Then each message names its workspace as its group (a fair queue's tenant), and holds
+    # only that workspace's rows
+    groups = {
+        row.action_id: m["Attributes"]["MessageGroupId"]
+        for m in receive_all(sqs, url)
+        for row in decode_body(m["Body"]) or []
+    }
+    assert groups == {i: str(workspace) for i in mine} | {i: str(other) for i in theirs}

@@ -5,10 +5,14 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from datetime import timedelta
+from uuid import UUID
 
+from tests.conftest import make_workspace
 from tests.engine import RecordingQueues, row, seed, statuses
 from tickwork.config import ActionTypeConfig, Settings
 from tickwork.db import connect
+from tickwork.queues.memory import InProcessQueue, InProcessQueues, Message
+from tickwork.queues.port import decode_body
 from tickwork.tick import enqueue_soon, run_tick
 
 
@@ -236,3 +240,33 @@ def test_marking_inside_another_transaction_leaves_that_transaction_durable(
         # Then the caller's transaction still waits for the disk at its commit
         assert conn.execute("show synchronous_commit").fetchone()[0] == "on"
     assert queues.seen == ["on"]
+
+
+def test_a_small_workspaces_row_is_received_ahead_of_a_big_ones_backlog(
+    conn, workspace, settings, now
+):
+    # Given a big workspace's 2,000 webhooks due now and a small one's single row due with
+    # them (a burst its rules made), and one-row messages
+    small = make_workspace(conn, "Small")
+    seed(conn, workspace, 2000, now - timedelta(seconds=1))
+    [mine] = seed(conn, small, 1, now - timedelta(milliseconds=500))
+    one_each = with_types(settings, log=ActionTypeConfig(provider="log", rows_per_message=1))
+    queues = InProcessQueues()
+    # When the tick hands them to the queue
+    assert run_tick(conn, queues, one_each).enqueued == {"log": 2001}
+    # Then the first batch a dispatcher receives holds the small workspace's row, not only
+    # the big one's backlog, which follows whole
+    first, *rest = batches(queues.queue("log"))
+    assert mine in ids_of(first)
+    assert len(ids_of(first)) + sum(len(ids_of(b)) for b in rest) == 2001
+
+
+def batches(queue: InProcessQueue) -> list[list[Message]]:
+    found = []
+    while batch := queue.receive(10):
+        found.append(batch)
+    return found
+
+
+def ids_of(batch: list[Message]) -> list[UUID]:
+    return [row.action_id for m in batch for row in decode_body(m.body) or []]

@@ -13,7 +13,7 @@ import pytest
 
 from tickwork.actions import Claimed, rows_as
 from tickwork.config import ActionTypeConfig, Settings
-from tickwork.dispatch import backoff_seconds, decide
+from tickwork.dispatch import backoff_seconds, decide, taking_turns
 from tickwork.providers.base import Ambiguous, Delivered, NotSent, Rejected, Transient
 from tickwork.queues.port import MessageRow, OutgoingMessage, decode_body, doorbells
 
@@ -147,21 +147,50 @@ def test_a_message_naming_several_rows_is_ours_only_when_every_id_is_one():
 
 
 def test_rows_due_at_one_instant_share_messages_and_others_have_their_own():
-    at_nine = NOW
-    burst = [(uuid4(), "email", at_nine) for _ in range(25)]
-    webhook = [(uuid4(), "webhook", at_nine) for _ in range(2)]
-    spread = [(uuid4(), "email", at_nine + timedelta(milliseconds=i + 1)) for i in range(3)]
+    at_nine, ws = NOW, uuid4()
+    burst = [(uuid4(), "email", at_nine, ws) for _ in range(25)]
+    webhook = [(uuid4(), "webhook", at_nine, ws) for _ in range(2)]
+    spread = [(uuid4(), "email", at_nine + timedelta(milliseconds=i + 1), ws) for i in range(3)]
     # In any order: the tick's rows are in due order, enqueue_soon's in the statement's.
     rows = burst[:10] + spread[:1] + webhook + burst[10:] + spread[1:]
     per_type = {"email": 10, "webhook": 5}
     messages = doorbells(rows, NOW, per_type.__getitem__)
     assert sorted(len(m.action_ids) for m in messages) == [1, 1, 1, 2, 5, 10, 10]
     for message in messages:
-        assert {(i, message.action_type, message.due_at) for i in message.action_ids} <= set(rows)
-        assert message.sent_at == NOW
+        assert {(i, message.action_type, message.due_at, ws) for i in message.action_ids} <= set(
+            rows
+        )
+        assert (message.sent_at, message.group) == (NOW, str(ws))
     assert sorted(i for m in messages for i in m.action_ids) == sorted(r[0] for r in rows)
     # One row a message when the type says so
     assert all(len(m.action_ids) == 1 for m in doorbells(rows, NOW, lambda _: 1))
+
+
+def test_workspaces_due_at_one_instant_take_turns_and_never_share_a_message():
+    big, small, other = uuid4(), uuid4(), uuid4()
+    # Given a big workspace's 50 rows due at nine, then a small one's and a third's
+    rows = [(uuid4(), "webhook", NOW, big) for _ in range(50)]
+    rows += [(uuid4(), "webhook", NOW, small), (uuid4(), "webhook", NOW, other)]
+    messages = doorbells(rows, NOW, lambda _: 10)
+    # Then each message is one workspace's, and the small ones are sent in the first turn,
+    # not behind the big one's five messages
+    assert [m.group for m in messages[:3]] == [str(big), str(small), str(other)]
+    assert [m.group for m in messages[3:]] == [str(big)] * 4
+    owner = {r[0]: r[3] for r in rows}
+    assert all({str(owner[i]) for i in m.action_ids} == {m.group} for m in messages)
+    assert sorted(i for m in messages for i in m.action_ids) == sorted(r[0] for r in rows)
+
+
+def test_a_waves_workspaces_take_turns_at_the_provider_each_in_its_order():
+    big, small = uuid4(), uuid4()
+    wave = [replace(action(), id=uuid4(), workspace_id=big) for _ in range(4)]
+    wave.insert(3, replace(action(), id=uuid4(), workspace_id=small))
+    turns = taking_turns(wave)
+    assert [a.workspace_id for a in turns] == [big, small, big, big, big]
+    assert [a.id for a in turns if a.workspace_id == big] == [a.id for a in wave[:3] + wave[4:]]
+    # One workspace: the wave as it came
+    alone = wave[:3]
+    assert taking_turns(alone) is alone
 
 
 def test_claimed_rows_become_the_actions_their_columns_make():

@@ -7,7 +7,7 @@ from uuid import uuid4
 
 import pytest
 
-from tickwork.queues.memory import InProcessQueue, InProcessQueues
+from tickwork.queues.memory import InProcessQueue, InProcessQueues, Message
 from tickwork.queues.port import OutgoingMessage, decode_body, retry_visibility
 
 
@@ -75,9 +75,9 @@ def test_messages_visible_when_sent_and_delayed_ones_come_out_in_visibility_orde
     # one still delayed
     queue.send("early-delayed", delay_seconds=0.5)
     queue.send("later", delay_seconds=10)
-    queue.send_visible_at([("sent-now", clock.now)])
+    queue.send_visible_at([("sent-now", clock.now, "")])
     clock.now += 1
-    queue.send_visible_at([("sent-later-due-before", 1000.2), ("sent-later", clock.now)])
+    queue.send_visible_at([("sent-later-due-before", 1000.2, ""), ("sent-later", clock.now, "")])
     assert queue.depth() == {"visible": 4, "delayed": 1, "in_flight": 0, "dead_letters": 0}
     assert len(queue) == 5
     # Then one receive gives the visible ones by the time they became visible, whichever
@@ -146,3 +146,55 @@ def test_a_changed_visibility_brings_a_message_back_sooner():
 @pytest.mark.parametrize(("count", "seconds"), [(1, 5), (2, 10), (4, 40), (9, 300), (500, 300)])
 def test_retry_visibility_doubles_per_receive_up_to_its_cap(count, seconds):
     assert retry_visibility(count, 5, 300) == seconds
+
+
+def bodies(messages: list[Message]) -> list[str]:
+    return [m.body for m in messages]
+
+
+def test_a_quiet_groups_message_is_received_ahead_of_a_noisy_groups_backlog():
+    queue, clock = make()
+    # Given a workspace's backlog of 50 visible messages, then another's one message
+    queue.send_visible_at([(f"noisy-{i}", clock.now, "noisy") for i in range(50)])
+    clock.now += 1
+    queue.send("quiet-0", group="quiet")
+    # Then the next receive takes the quiet one among its first two, not after fifty
+    first = queue.receive(2)
+    assert bodies(first) == ["noisy-0", "quiet-0"]
+    # And the noisy backlog follows in its own order, nothing lost or repeated
+    rest = [m for _ in range(6) for m in queue.receive(10)]
+    assert bodies(rest) == [f"noisy-{i}" for i in range(1, 50)]
+    assert queue.depth() == {"visible": 0, "delayed": 0, "in_flight": 51, "dead_letters": 0}
+
+
+def test_groups_take_turns_each_in_visibility_order_whichever_way_they_came():
+    queue, clock = make()
+    # Given three groups' messages: sent visible, delayed and falling due, in any order
+    queue.send("b-late", delay_seconds=0.5, group="b")
+    queue.send_visible_at([("a-1", clock.now, "a"), ("a-2", clock.now, "a"),
+                           ("b-1", clock.now, "b"), ("a-3", clock.now, "a")])  # fmt: skip
+    queue.send("c-1", delay_seconds=0.2, group="c")
+    clock.now += 1
+    # Then one receive takes one message of each group in turn, a group's own in order
+    assert bodies(queue.receive(10)) == ["a-1", "b-1", "c-1", "a-2", "b-late", "a-3"]
+
+
+def test_a_message_hidden_again_while_waiting_its_turn_comes_back_once_when_visible():
+    queue, clock = make(visibility_timeout=5)
+    queue.send("x", group="a")
+    queue.send("y", group="b")
+    [x] = queue.receive(1)
+    clock.now += 6  # x's visibility ran out: it waits for its turn again
+    assert queue.depth()["visible"] == 2
+    queue.receive(0)  # a receive of nothing still lines x up
+    # When the dispatcher that still holds x's handle hides it for 10 s
+    assert queue.change_visibility(x.receipt_handle, 10)
+    # Then x is not received while hidden, and comes back once, when visible
+    [y] = queue.receive(10)
+    assert y.body == "y"
+    queue.delete([y.receipt_handle])
+    clock.now += 11
+    [again] = queue.receive(10)
+    assert (again.body, again.receive_count) == ("x", 2)
+    clock.now += 1
+    assert queue.receive(10) == []

@@ -1,6 +1,7 @@
 """An in-process queue with the SQS semantics Tickwork relies on: per-message delay,
 visibility timeout, receive count, redrive to a dead-letter list after maxReceiveCount,
-batches. For the local runtime and the benchmark (moto's SQS is far too slow for either)."""
+batches, and fair shares between message groups (SQS fair queues). For the local runtime
+and the benchmark (moto's SQS is far too slow for either)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from uuid import UUID
 
 from tickwork.queues.port import OutgoingMessage, VisibilityChange
 
+# (body, when it becomes visible on the queue's clock, message group)
+Entry = tuple[str, float, str]
+
 
 @dataclass(slots=True)
 class Message:
@@ -23,13 +27,20 @@ class Message:
     body: str
     visible_at: float
     sent_at: float
+    group: str = ""
     receive_count: int = 0
     receipt_handle: str = ""
     deleted: bool = False
+    waiting: bool = False  # visible, in its group's line, not yet received
 
 
 class InProcessQueue:
-    """One queue. Thread-safe; `clock` is injectable so tests need not sleep."""
+    """One queue. Thread-safe; `clock` is injectable so tests need not sleep.
+
+    Fair shares: a receive takes visible messages one group at a time, round robin (a
+    group's own messages in the order they became visible), as SQS fair queues give a quiet
+    tenant's message to the next consumer while a noisy one's backlog waits. With one group
+    (a single workspace, a bench) the order is the order of visibility."""
 
     def __init__(
         self,
@@ -48,27 +59,27 @@ class InProcessQueue:
         # Messages visible when sent and never received, in the order sent: a burst of rows
         # already due skips the heap both ways (a push and a pop each).
         self._ready: deque[Message] = deque()
+        # Visible messages taken from the two lines above, by group, and the groups' turns.
+        self._lines: dict[str, deque[Message]] = {}
+        self._turns: deque[str] = deque()
         self._inflight: dict[str, Message] = {}
         self._order = itertools.count()
         self._ids = itertools.count(1)
         self._id_prefix = uuid.uuid4().hex[:12]  # unique across queues and restarts
         self._changed = threading.Condition()
 
-    def send(self, body: str, delay_seconds: float = 0.0) -> str:
-        return self.send_many([(body, delay_seconds)])[0]
+    def send(self, body: str, delay_seconds: float = 0.0, group: str = "") -> str:
+        return self.send_visible_at([(body, self.clock() + max(0.0, delay_seconds), group)])[0]
 
-    def send_many(self, entries: Sequence[tuple[str, float]]) -> list[str]:
-        """(body, delay in seconds) entries."""
-        now = self.clock()
-        return self.send_visible_at([(body, now + max(0.0, delay)) for body, delay in entries])
-
-    def send_visible_at(self, entries: Sequence[tuple[str, float]]) -> list[str]:
-        """(body, when it becomes visible, on this queue's clock) entries."""
+    def send_visible_at(self, entries: Sequence[Entry]) -> list[str]:
+        """(body, when it becomes visible on this queue's clock, group) entries."""
         ids = []
         with self._changed:
             now = self.clock()
-            for body, visible_at in entries:
-                message = Message(f"{self._id_prefix}-{next(self._ids)}", body, visible_at, now)
+            for body, visible_at, group in entries:
+                message = Message(
+                    f"{self._id_prefix}-{next(self._ids)}", body, visible_at, now, group
+                )
                 if visible_at <= now:
                     self._ready.append(message)
                 else:
@@ -91,20 +102,45 @@ class InProcessQueue:
                 next_visible = self._heap[0][0] - self.clock() if self._heap else remaining
                 self._changed.wait(timeout=max(0.001, min(remaining, next_visible)))
 
-    def _take(self, max_messages: int) -> list[Message]:
-        now = self.clock()
-        batch: list[Message] = []
-        heap, ready = self._heap, self._ready
-        while len(batch) < max_messages:
-            # The earlier visible of the two lines' heads, so neither starves the other.
+    def _gather(self, now: float) -> None:
+        """Every message visible now joins its group's line, in the order of visibility
+        (the earlier of the two lines' heads first, so neither starves the other)."""
+        heap, ready, lines, turns = self._heap, self._ready, self._lines, self._turns
+        while True:
             if ready and not (heap and heap[0][0] < ready[0].visible_at):
                 message = ready.popleft()
             elif heap and heap[0][0] <= now:
                 visible_at, _, message = heapq.heappop(heap)
-                if message.deleted or visible_at != message.visible_at:
-                    continue  # deleted, or superseded by a visibility change
+                if message.deleted or message.waiting or visible_at != message.visible_at:
+                    continue  # deleted, waiting already, or superseded by a visibility change
             else:
-                break
+                return
+            message.waiting = True
+            line = lines.get(message.group)
+            if line is None:
+                lines[message.group] = line = deque()
+                turns.append(message.group)
+            line.append(message)
+
+    def _take(self, max_messages: int) -> list[Message]:
+        now = self.clock()
+        self._gather(now)
+        batch: list[Message] = []
+        lines, turns = self._lines, self._turns
+        while len(batch) < max_messages and turns:
+            group = turns[0]
+            line = lines[group]
+            message = line.popleft()
+            if not line:
+                del lines[group]
+                turns.popleft()
+            elif len(lines) > 1:
+                turns.rotate(-1)  # the next group's turn
+            message.waiting = False
+            if message.deleted:
+                continue
+            if message.visible_at > now:
+                continue  # hidden again meanwhile: its heap entry brings it back
             if message.receive_count >= self.max_receive_count:
                 self.dead_letters.append(message)
                 continue
@@ -130,24 +166,31 @@ class InProcessQueue:
             if message is None or message.deleted:
                 return False
             message.visible_at = self.clock() + max(0.0, seconds)
-            # The old heap entry stays; `_take` skips entries whose time is not the message's.
+            # The old heap entry stays; `_gather` skips entries whose time is not the message's.
             heapq.heappush(self._heap, (message.visible_at, next(self._order), message))
             self._changed.notify_all()
             return True
 
+    def _live(self) -> list[Message]:
+        """Every message not deleted, once each."""
+        seen: dict[int, Message] = {}
+        for at, _, message in self._heap:
+            if not message.deleted and at == message.visible_at:
+                seen[id(message)] = message
+        for message in itertools.chain(self._ready, *self._lines.values()):
+            if not message.deleted:
+                seen[id(message)] = message
+        return list(seen.values())
+
     def __len__(self) -> int:
         with self._changed:
-            return len(self._ready) + sum(
-                1
-                for at, _, message in self._heap
-                if not message.deleted and at == message.visible_at
-            )
+            return len(self._live())
 
     def depth(self) -> dict[str, int]:
         """Messages visible, delayed, in flight and dead, as SQS counts them."""
         now = self.clock()
         with self._changed:
-            live = [m for _, _, m in self._heap if not m.deleted] + list(self._ready)
+            live = self._live()
             visible = sum(1 for m in live if m.visible_at <= now)
             in_flight = sum(1 for m in live if m.visible_at > now and m.receipt_handle)
             return {
@@ -172,12 +215,12 @@ class InProcessQueue:
             return len(moved)
 
 
-def due_times(messages: Sequence[OutgoingMessage]) -> list[tuple[str, float]]:
-    """(body, visible at) entries for `send_visible_at`. SQS delays are whole seconds; here
-    a message becomes visible at its row's due time exactly, so the dispatcher has nothing
-    left to wait out. The time is absolute, not a delay: a delay measured before the
-    bodies were built and carried to the queue made each message late by that much."""
-    return [(m.body(), m.due_at.timestamp()) for m in messages]
+def due_times(messages: Sequence[OutgoingMessage]) -> list[Entry]:
+    """(body, visible at, group) entries for `send_visible_at`. SQS delays are whole
+    seconds; here a message becomes visible at its row's due time exactly, so the dispatcher
+    has nothing left to wait out. The time is absolute, not a delay: a delay measured before
+    the bodies were built and carried to the queue made each message late by that much."""
+    return [(m.body(), m.due_at.timestamp(), m.group) for m in messages]
 
 
 class InProcessQueues:

@@ -3,6 +3,7 @@ actions themselves (Postgres is the source of truth)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -19,14 +20,18 @@ MAX_DELAY_SECONDS = 900  # SQS DelaySeconds upper bound
 
 
 class OutgoingMessage(NamedTuple):
-    """A doorbell as handed to its queue at `sent_at`: the rows of one action type due at
-    one instant (one, or up to the type's `rows_per_message` when many fall due together,
-    as a burst at a round hour does). A tuple, not a dataclass: a tick builds many."""
+    """A doorbell as handed to its queue at `sent_at`: the rows of one action type and one
+    workspace due at one instant (one, or up to the type's `rows_per_message` when many fall
+    due together, as a burst at a round hour does). `group` names the workspace: the queue
+    shares its consumers fairly between groups (SQS fair queues: the MessageGroupId), so a
+    workspace's backlog does not hold back another's rows. A tuple, not a dataclass: a tick
+    builds many."""
 
     action_ids: tuple[UUID, ...]
     action_type: str
     due_at: datetime
     sent_at: datetime
+    group: str = ""
 
     @property
     def delay_seconds(self) -> int:
@@ -53,22 +58,35 @@ class OutgoingMessage(NamedTuple):
 
 
 def doorbells(
-    rows: Iterable[tuple[UUID, str, datetime]],
+    rows: Iterable[tuple[UUID, str, datetime, UUID]],
     sent_at: datetime,
     rows_per_message: Callable[[str], int],
 ) -> list[OutgoingMessage]:
-    """Messages for (id, action type, due time) rows: the rows of one type due at the same
-    instant share messages of up to `rows_per_message(type)` ids; any other row has its own.
-    A message's rows all have its due time, which the dispatcher hands back with them."""
-    groups: dict[tuple[str, datetime], list[UUID]] = {}
-    for action_id, action_type, due_at in rows:
-        groups.setdefault((action_type, due_at), []).append(action_id)
+    """Messages for (id, action type, due time, workspace) rows: the rows of one type and
+    one workspace due at the same instant share messages of up to `rows_per_message(type)`
+    ids; any other row has its own. A message's rows all have its due time, which the
+    dispatcher hands back with them. Within each due instant the workspaces take turns
+    (one message each, round robin), so a small workspace's row is never sent behind a big
+    one's whole burst."""
+    groups: dict[tuple[str, datetime], dict[UUID, list[UUID]]] = {}
+    for action_id, action_type, due_at, workspace_id in rows:
+        instant = groups.setdefault((action_type, due_at), {})
+        instant.setdefault(workspace_id, []).append(action_id)
     messages = []
-    for (action_type, due_at), ids in groups.items():
+    for (action_type, due_at), by_workspace in groups.items():
         size = rows_per_message(action_type)
-        for start in range(0, len(ids), size):
-            chunk = tuple(ids[start : start + size])
-            messages.append(OutgoingMessage(chunk, action_type, due_at, sent_at))
+        lines = [
+            [
+                OutgoingMessage(tuple(ids[i : i + size]), action_type, due_at, sent_at, str(ws))
+                for i in range(0, len(ids), size)
+            ]
+            for ws, ids in by_workspace.items()
+        ]
+        if len(lines) == 1:
+            messages.extend(lines[0])
+            continue
+        for turn in itertools.zip_longest(*lines):
+            messages.extend(message for message in turn if message is not None)
     return messages
 
 

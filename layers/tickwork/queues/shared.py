@@ -14,7 +14,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 from uuid import UUID
 
-from tickwork.queues.memory import InProcessQueues, due_times
+from tickwork.queues.memory import Entry, InProcessQueues, due_times
 from tickwork.queues.port import OutgoingMessage, VisibilityChange
 
 # A received message as it crosses the process boundary:
@@ -28,8 +28,9 @@ class QueueService:
     def __init__(self, queues: InProcessQueues) -> None:
         self.queues = queues
 
-    def send(self, action_type: str, entries: list[tuple[str, float]]) -> None:
-        """(body, visible at) pairs: a Unix time, the same clock on both sides of loopback."""
+    def send(self, action_type: str, entries: list[Entry]) -> None:
+        """(body, visible at, group) entries: a Unix time, the same clock on both sides of
+        loopback."""
         self.queues.queue(action_type).send_visible_at(entries)
 
     def receive(self, action_type: str, max_messages: int, wait: float) -> list[ReceivedMessage]:

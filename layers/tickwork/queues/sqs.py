@@ -1,5 +1,6 @@
-"""The queue port over Amazon SQS: SendMessageBatch, ten entries a call, calls in parallel;
-ChangeMessageVisibilityBatch for messages to be tried again sooner than the queue's timeout."""
+"""The queue port over Amazon SQS: SendMessageBatch, ten entries a call, calls in parallel,
+each message in its workspace's group (SQS fair queues); ChangeMessageVisibilityBatch for
+messages to be tried again sooner than the queue's timeout."""
 
 from __future__ import annotations
 
@@ -44,8 +45,12 @@ class SqsQueues:
                     for failed in result]  # fmt: skip
 
     def _send_chunk(self, url: str, chunk: Sequence[OutgoingMessage]) -> list[UUID]:
+        # The workspace is the message group: on a standard queue that makes it a fair
+        # queue, whose consumers get a quiet workspace's messages ahead of a noisy one's
+        # backlog. A message without a group (none of ours) is a group of its own.
         entries: list[Any] = [
             {"Id": str(i), "MessageBody": m.body(), "DelaySeconds": m.delay_seconds}
+            | ({"MessageGroupId": m.group} if m.group else {})
             for i, m in enumerate(chunk)
         ]
         try:

@@ -27,9 +27,10 @@ with marked as (
             for update skip locked
         ))
       and a.status = 'queued' and a.enqueued_at is null
-    returning a.id, a.action_type, coalesce(a.next_attempt_at, a.publish_at) as due_at
+    returning a.id, a.action_type, coalesce(a.next_attempt_at, a.publish_at) as due_at,
+              a.workspace_id
 )
-select id, action_type, due_at from marked order by due_at, id
+select id, action_type, due_at, workspace_id from marked order by due_at, id
 
 -- name: commit_without_flush_wait
 -- A mark-and-send transaction commits without waiting for its WAL to reach the disk. Its
@@ -40,7 +41,8 @@ select id, action_type, due_at from marked order by due_at, id
 select set_config('synchronous_commit', 'off', true)
 
 -- name: mark_enqueued_by_id
--- The same marking for named rows, when they are due within the horizon.
+-- The same marking for named rows, when they are due within the horizon. Both return each
+-- row's workspace: its messages' group, which the queue shares its consumers by.
 update scheduled_actions
 set enqueued_at = now(), updated_at = now()
 where id = any(%(ids)s::uuid[])
@@ -48,7 +50,7 @@ where id = any(%(ids)s::uuid[])
   and enqueued_at is null
   and coalesce(next_attempt_at, publish_at) <= %(horizon)s
   and action_type = any(%(action_types)s::text[])
-returning id, action_type, coalesce(next_attempt_at, publish_at) as due_at
+returning id, action_type, coalesce(next_attempt_at, publish_at) as due_at, workspace_id
 
 -- name: unmark_enqueued
 -- A queued row whose message was not sent, or could not be acted on, goes back to the tick.
