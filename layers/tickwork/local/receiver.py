@@ -9,9 +9,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from tickwork.local.loopback import LoopbackServer
 from tickwork.ops.text import clock, lateness
 from tickwork.providers.webhook import decode_secret, verify
 
@@ -49,6 +50,10 @@ class WebhookReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            # Keep-alive, as a real receiver has: a burst reuses the dispatchers' connections.
+            protocol_version = "HTTP/1.1"
+            timeout = 30.0  # an idle kept-alive connection is closed after this long
+
             def do_POST(self) -> None:
                 arrived = time.time()
                 raw = self.rfile.read(int(self.headers.get("content-length", "0")))
@@ -64,6 +69,7 @@ class WebhookReceiver:
                     delivery = replace(delivery, refused=status)
                 receiver.deliveries.append(delivery)
                 self.send_response(status)
+                self.send_header("Content-Length", "0")
                 self.end_headers()
                 if receiver.on_delivery is not None:
                     receiver.on_delivery(delivery)
@@ -71,8 +77,7 @@ class WebhookReceiver:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        self.server = LoopbackServer((host, port), Handler)
         self.url = f"http://{host}:{self.server.server_port}/hooks"
         self._thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True

@@ -20,9 +20,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs
+
+from tickwork.local.loopback import LoopbackServer
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,7 @@ class ProviderSandbox:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        self.server = LoopbackServer((host, port), Handler)
         self.url = f"http://{host}:{self.server.server_port}"
         self._thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
