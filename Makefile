@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install dev demo status reset test test-unit lint format bench bench-scale fuzz chaos build deploy layer-lock clean
+.PHONY: install dev demo status reset test test-unit lint format bench bench-tenants bench-scale fuzz chaos build deploy layer-lock clean
 
 # A virtualenv with tickwork (editable) and the dev tools; redone when pyproject.toml changes.
 # pip prints a line per package it collects and installs, so the first run is not silent.
@@ -58,6 +58,12 @@ format: $(STAMP)
 # Options pass through ARGS: make bench ARGS='--ledger-compare 3' (the ledger's cost).
 bench: $(STAMP)
 	$(BIN)/python -m tickwork.bench $(ARGS)
+
+# One workspace's hostile template and burst beside another's API calls and webhooks: the
+# quiet workspace's API answer times and webhook lateness, alone and under each.
+# Options pass through ARGS: make bench-tenants ARGS='--rounds 1 --seconds 10'.
+bench-tenants: $(STAMP)
+	$(BIN)/python -m tickwork.bench_tenants $(ARGS)
 
 # The hot statements at 10k rows and at a large backlog (SCALE_FUTURE future rows and
 # SCALE_TERMINAL finished ones): each should stay within 2x.
