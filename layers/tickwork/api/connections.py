@@ -21,12 +21,11 @@ from tickwork.api.connection_models import (
 from tickwork.api.models import responses
 from tickwork.api.scope import RequestScope, scope
 from tickwork.connections.secrets import SecretStoreError
-from tickwork.errors import InputError
 from tickwork.observability import logger
 from tickwork.providers import outbound_policy
 from tickwork.providers.base import ProviderError, Verified, Via
 from tickwork.providers.catalog import check_connection, url_settings
-from tickwork.providers.http import check_url
+from tickwork.providers.http import UnsafeDestinationError, check_url
 
 router = Router()
 
@@ -36,14 +35,15 @@ WorkspaceHeader = Annotated[
 
 
 def _checked_settings(request: RequestScope, provider: str, settings: dict[str, Any]) -> None:
-    """URLs a tenant configures must be http(s) and resolve to public addresses."""
+    """URLs a tenant configures must be http(s) and resolve to public addresses (422
+    `unsafe_url` naming the setting)."""
     policy = outbound_policy(request.runtime.settings)
     for name in url_settings(provider):
         if name in settings:
             try:
                 check_url(str(settings[name]), policy)
-            except InputError as exc:
-                raise InputError(
+            except UnsafeDestinationError as exc:
+                raise UnsafeDestinationError(
                     f"settings.{name}: {exc.message}", field=f"settings.{name}"
                 ) from exc
 

@@ -37,10 +37,10 @@ import httpx
 
 from tickwork.errors import InputError
 from tickwork.observability import logger
+from tickwork.providers.addresses import METADATA_ADDRESSES, IPAddress, IPNetwork, refusal
 from tickwork.providers.base import Ambiguous, Outcome, Rejected, Transient
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+__all__ = ["METADATA_ADDRESSES", "IPAddress", "IPNetwork"]
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 # No provider's Retry-After is honoured beyond this; the dispatcher caps backoff further.
@@ -49,12 +49,6 @@ EXCERPT_CHARS = 160
 LOG_EXCERPT_CHARS = 2000
 # A URL being configured (an API request) waits at most this long for its host to resolve.
 CONFIGURE_RESOLVE_SECONDS = 5.0
-
-# Addresses that answer with cloud credentials, named even where a range rule covers them.
-METADATA_ADDRESSES = frozenset(
-    ipaddress.ip_address(a)
-    for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200")
-)
 
 
 class UnsafeDestinationError(InputError):
@@ -121,22 +115,8 @@ class OutboundPolicy:
         return cls(parsed)
 
     def refuses(self, address: IPAddress) -> str | None:
-        """Why `address` may not be called, or None when it may."""
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        if any(address in network for network in self.allowed_networks):
-            return None
-        if address in METADATA_ADDRESSES:
-            return "a cloud metadata address"
-        if address.is_loopback:
-            return "a loopback address"
-        if address.is_link_local:
-            return "a link-local address"
-        if address.is_private:
-            return "a private address"
-        if not address.is_global or address.is_multicast:
-            return "not a public address"
-        return None
+        """Why `address` may not be called, or None when it may (`addresses.refusal`)."""
+        return refusal(address, self.allowed_networks)
 
     def resolve(self, host: str, port: int, timeout: float | None = None) -> list[IPAddress]:
         """Every address `host` resolves to, each checked; refused if any is not allowed.
