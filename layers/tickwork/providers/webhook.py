@@ -245,20 +245,24 @@ class WebhookProvider:
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign(endpoint.secret, message_id, timestamp, body),
         }
-        where = http.mask_url(endpoint.url)
-        redactor = http.Redactor.of(endpoint.url, base64.b64encode(endpoint.secret).decode())
         try:
             reply = http.call(
                 self.client, "POST", endpoint.url, content=body, headers=headers,
                 total_seconds=self.timeout, max_body_bytes=self.max_body_bytes,
             )  # fmt: skip
         except Exception as exc:
+            redactor = self._redactor(endpoint)
             http.log_answer("webhook", action.id, endpoint.url, None, redactor, exc)
-            return http.outcome_of_error(exc, where, redactor)
-        outcome = self.outcome(reply, where)
-        if not isinstance(outcome, Delivered):
-            http.log_answer("webhook", action.id, endpoint.url, reply, redactor)
+            return http.outcome_of_error(exc, http.mask_url(endpoint.url), redactor)
+        if 200 <= reply.status < 300:  # the common case: nothing to mask or log
+            return self.outcome(reply)
+        outcome = self.outcome(reply, http.mask_url(endpoint.url))
+        http.log_answer("webhook", action.id, endpoint.url, reply, self._redactor(endpoint))
         return outcome
+
+    @staticmethod
+    def _redactor(endpoint: Endpoint) -> http.Redactor:
+        return http.Redactor.of(endpoint.url, base64.b64encode(endpoint.secret).decode())
 
     @staticmethod
     def outcome(reply: http.Reply, where: str = "the endpoint") -> Outcome:
