@@ -53,7 +53,7 @@ from tickwork.providers.base import (
     Rejected,
     Via,
 )
-from tickwork.providers.http import sanitize
+from tickwork.providers.redact import Redactor, sanitize
 from tickwork.queues.port import MessageRow, VisibilityChange, decode_body, retry_visibility
 from tickwork.runtime import Runtime
 from tickwork.tick import enqueue_soon, unmark
@@ -521,8 +521,11 @@ class Dispatcher:
             outcome = provider.send(action) if via is None else provider.send(action, via)
         except Exception as exc:
             # A provider bug: we cannot know whether anything left. The exception's text
-            # may hold what the provider was given: it goes to the operator's log only.
-            logger.exception("provider raised", extra={"action_id": str(action.id)})
+            # may hold what the provider was given: logged redacted, frames without values.
+            known = (via.credentials, via.settings) if isinstance(via, Via) else ()
+            secrets = Redactor.of(*known)
+            logger.error("provider raised", extra={"action_id": str(action.id),
+                                                   **secrets.error(exc)})  # fmt: skip
             outcome = Ambiguous(f"provider raised {type(exc).__name__}")
         finally:
             completions.put(_Completed(action, outcome, called_at, time.time(), called))

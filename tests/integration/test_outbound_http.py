@@ -286,7 +286,7 @@ def test_sanitize_removes_secret_shapes():
     assert sanitize_sample != cleaned
     for secret in ("p@ss", "AKIAXXXX", "u:p@", "/p?q=1", "dXNlcjpwYXNzd29yZA==", "A" * 50):
         assert secret not in cleaned
-    assert "https://h.example" in cleaned
+    assert "https://***@h.example/p?q=***" in cleaned
 
 
 # ------------------------------------------------------------------- 7: retry-after

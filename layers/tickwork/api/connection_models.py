@@ -1,4 +1,5 @@
-"""Bodies of /v1/connections. Credentials are accepted and never returned."""
+"""Bodies of /v1/connections. Credentials are accepted and never returned; URL settings
+are shown masked (`providers.catalog.masked_settings`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field
 
 from tickwork.connections import Connection
+from tickwork.providers.catalog import masked_settings
 
 
 class Strict(BaseModel):
@@ -18,7 +20,10 @@ class Strict(BaseModel):
 class CreateConnection(Strict):
     name: str = Field(min_length=1, max_length=200, examples=["Marketing email"])
     provider: str = Field(min_length=1, max_length=63, examples=["postmark"])
-    settings: dict[str, Any] = Field(default_factory=dict, description="shown back as given")
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="shown back, URLs masked (userinfo, query values and token-like parts)",
+    )
     credentials: dict[str, Any] = Field(
         default_factory=dict, description="write-only: stored as a secret, never returned"
     )
@@ -48,7 +53,8 @@ class ConnectionOut(BaseModel):
     @classmethod
     def of(cls, row: Connection) -> ConnectionOut:
         return cls(
-            id=row.id, name=row.name, provider=row.provider, settings=row.settings,
+            id=row.id, name=row.name, provider=row.provider,
+            settings=masked_settings(row.provider, row.settings),
             status=row.status, verified_at=row.verified_at, verify_ok=row.verify_ok,
             verify_message=row.verify_message, created_at=row.created_at,
             updated_at=row.updated_at,

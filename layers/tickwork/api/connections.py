@@ -1,5 +1,6 @@
 """/v1/connections: a workspace's provider accounts. Admins create, change and delete them;
-members may list them, read them and name them in actions. Credentials are write-only."""
+members may list them, read them and name them in actions. Credentials are write-only;
+URL settings are shown masked to everyone, and a masked URL sent back keeps the stored one."""
 
 from __future__ import annotations
 
@@ -21,12 +22,11 @@ from tickwork.api.connection_models import (
 from tickwork.api.models import responses
 from tickwork.api.scope import RequestScope, scope
 from tickwork.connections.secrets import SecretStoreError
-from tickwork.errors import InputError
 from tickwork.observability import logger
 from tickwork.providers import outbound_policy
 from tickwork.providers.base import ProviderError, Verified, Via
-from tickwork.providers.catalog import check_connection, url_settings
-from tickwork.providers.http import check_url
+from tickwork.providers.catalog import check_connection, unmasked_settings, url_settings
+from tickwork.providers.http import UnsafeDestinationError, check_url
 
 router = Router()
 
@@ -36,14 +36,15 @@ WorkspaceHeader = Annotated[
 
 
 def _checked_settings(request: RequestScope, provider: str, settings: dict[str, Any]) -> None:
-    """URLs a tenant configures must be http(s) and resolve to public addresses."""
+    """URLs a tenant configures must be http(s) and resolve to public addresses (422
+    `unsafe_url` naming the setting)."""
     policy = outbound_policy(request.runtime.settings)
     for name in url_settings(provider):
         if name in settings:
             try:
                 check_url(str(settings[name]), policy)
-            except InputError as exc:
-                raise InputError(
+            except UnsafeDestinationError as exc:
+                raise UnsafeDestinationError(
                     f"settings.{name}: {exc.message}", field=f"settings.{name}"
                 ) from exc
 
@@ -61,6 +62,7 @@ def create_connection(
     settings, credentials = check_connection(body.provider, body.settings, body.credentials)
     assert settings is not None
     assert credentials is not None
+    settings = unmasked_settings(body.provider, settings)
     _checked_settings(request, body.provider, settings)
     row = connections.create(
         request.conn, request.caller.workspace_id, name=body.name, provider=body.provider,
@@ -112,6 +114,7 @@ def patch_connection(
     current = connections.get(request.conn, request.caller.workspace_id, key)
     settings, credentials = check_connection(current.provider, body.settings, body.credentials)
     if settings is not None:
+        settings = unmasked_settings(current.provider, settings, current.settings)
         _checked_settings(request, current.provider, settings)
     row = connections.update(
         request.conn, request.caller.workspace_id, key, store=request.runtime.secrets,

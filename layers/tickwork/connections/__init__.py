@@ -1,7 +1,8 @@
 """Connections: a workspace's own provider accounts, the credentials actions send through.
 
-A connection has a provider (postmark, twilio, ...), settings (shown back) and credentials
-(write-only: kept in the secret store, never returned, logged or put in `last_error`).
+A connection has a provider (postmark, twilio, ...), settings (shown back, URLs masked:
+`providers.catalog.masked_settings`) and credentials (write-only: kept in the secret store,
+never returned, logged or put in `last_error`).
 Deleting keeps the row as `deleted` so an action that named it fails with its own reason
 (`connection_removed`) instead of being sent or lost.
 """

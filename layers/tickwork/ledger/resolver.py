@@ -37,7 +37,7 @@ from tickwork.actions import Action, action_from_row
 from tickwork.db import Connection
 from tickwork.observability import emit, logger, run_budget
 from tickwork.providers.base import Absent, Found, Lookup, LookupResult, Unknown, Via, lookup_of
-from tickwork.providers.http import sanitize
+from tickwork.providers.redact import Redactor, sanitize
 from tickwork.runtime import Runtime
 from tickwork.sql import query
 from tickwork.tick import enqueue_soon
@@ -110,6 +110,8 @@ def lookups(runtime: Runtime) -> dict[str, Lookup]:
 
 
 def _detail(text: str) -> str:
+    """What is stored, logged and answered of a lookup's detail: built by providers from
+    masked URLs and documented fields, and cleaned again, bounded."""
     return sanitize(text, limit=MAX_DETAIL)
 
 
@@ -135,8 +137,10 @@ def _ask(conn: Connection, runtime: Runtime, action: Action, lookup: Lookup) -> 
     try:
         return lookup.lookup(action) if via is None else lookup.lookup(action, via)
     except Exception as exc:
-        # A lookup bug: nothing is known. Its text may hold what it was given: operators only.
-        logger.exception("lookup raised", extra={"action_id": str(action.id)})
+        # A lookup bug: nothing is known. Its text may hold what it was given: redacted.
+        known = (via.credentials, via.settings) if via is not None else ()
+        logger.error("lookup raised", extra={"action_id": str(action.id),
+                                             **Redactor.of(*known).error(exc)})  # fmt: skip
         return Unknown(f"the lookup raised {type(exc).__name__}")
 
 
@@ -156,7 +160,8 @@ def _changed(conn: Connection, sql: Any, params: dict[str, Any]) -> bool:
 
 
 def _unresolved(conn: Connection, action: Action, detail: str) -> Resolution:
-    if _changed(conn, _UNRESOLVED, _params(action) | {"detail": _detail(detail)}):
+    detail = _detail(detail)
+    if _changed(conn, _UNRESOLVED, _params(action) | {"detail": detail}):
         return Resolution("unresolved", detail)
     return Resolution("raced", "the row changed meanwhile; left as it is")
 
@@ -175,7 +180,7 @@ def resolve_action(
         )  # fmt: skip
     answer = _ask(conn, runtime, action, lookup)
     if isinstance(answer, Found):
-        detail = f"the provider has it{': ' + answer.detail if answer.detail else ''}"
+        detail = _detail(f"the provider has it{': ' + answer.detail if answer.detail else ''}")
         message = _detail(f"delivered (resolved with the provider: {detail})")
         params = _params(action) | {
             "provider_id": answer.provider_id, "message": message, "detail": _detail(detail),
@@ -190,7 +195,9 @@ def resolve_action(
                 conn, action, f"the provider has no record yet, within the lookup's grace"
                 f" ({grace:.0f} s; its search may lag): asked again later",
             )  # fmt: skip
-        detail = f"the provider has no such message{': ' + answer.detail if answer.detail else ''}"
+        detail = _detail(
+            f"the provider has no such message{': ' + answer.detail if answer.detail else ''}"
+        )
         message = _detail(f"{detail}; sent once more (the resolver's one retry)")
         params = _params(action) | {
             "grace_seconds": grace, "message": message, "detail": _detail(detail),

@@ -270,7 +270,7 @@ class BlueskyProvider(RestProvider):
             return session
         self.log("session", url, reply, redactor)
         error = _error(reply)
-        detail = f"Bluesky sign-in: HTTP {reply.status} {redactor.tenant(error)}".strip()
+        detail = f"Bluesky sign-in: HTTP {reply.status} {redactor.code(error) or ''}".strip()
         if reply.status == 429:
             return Transient(detail, self._wait(reply))
         if reply.status >= 500:
@@ -330,7 +330,7 @@ class BlueskyProvider(RestProvider):
         if via is None:
             return Unknown("Bluesky is asked only through the action's connection")
         payload = Payload.model_validate(action.payload)
-        redactor = Redactor.of(via.credentials)
+        redactor = Redactor.of(via.credentials, via.settings.get("service_url"))
         rkey = rkey_for(action)
         session = self._session(via, redactor)
         reply: Reply | Outcome | None = None
@@ -356,13 +356,13 @@ class BlueskyProvider(RestProvider):
         self.log(action.id, f"{self._base(via)}/xrpc/com.atproto.repo.getRecord", reply,
                  redactor)  # fmt: skip
         return Unknown(f"Bluesky getRecord answered HTTP {reply.status} "
-                       f"{redactor.tenant(error)}".rstrip())  # fmt: skip
+                       f"{redactor.code(error) or ''}".rstrip())  # fmt: skip
 
     def send(self, action: Claimed, via: Via | None = None) -> Outcome:
         if via is None:
             return Rejected("connection_required", "Bluesky posts only through a connection")
         payload = Payload.model_validate(action.payload)
-        redactor = Redactor.of(via.credentials)
+        redactor = Redactor.of(via.credentials, via.settings.get("service_url"))
         session = self._session(via, redactor)
         if not isinstance(session, Session):
             return session
@@ -405,8 +405,11 @@ class BlueskyProvider(RestProvider):
             return Delivered(str(data["uri"]))
         self.log(action.id, url, reply, redactor)
         error = _error(reply)
-        message = redactor.tenant(str(field(data, "message") or ""))
-        detail = f"Bluesky HTTP {reply.status} {error}" + (f": {message}" if message else "")
+        # XRPC documents its error body as {error, message}: a code-shaped error and the
+        # message, sanitized, are shown.
+        message = redactor.message(field(data, "message"))
+        detail = f"Bluesky HTTP {reply.status} {redactor.code(error) or ''}".rstrip()
+        detail += f": {message}" if message else ""
         if error in EXPIRED or reply.status == 401:
             # Not processed with a bad token: a new session, and the caller tries again.
             return self._session(via, redactor, fresh=True)
@@ -434,7 +437,7 @@ class BlueskyProvider(RestProvider):
         return None
 
     def verify(self, via: Via) -> Verified:
-        redactor = Redactor.of(via.credentials)
+        redactor = Redactor.of(via.credentials, via.settings.get("service_url"))
         session = self._session(via, redactor, fresh=False)
         if isinstance(session, Session):
             return Verified(True, "the app password works", via.settings.get("handle"))

@@ -12,8 +12,9 @@ from pydantic import BaseModel
 
 from tickwork.errors import InputError
 from tickwork.providers import bluesky, mastodon, postmark, ses, slack, twilio
+from tickwork.providers.redact import MASK, mask_url
 from tickwork.providers.schema import checked
-from tickwork.providers.webhook import WebhookCredentials, WebhookSettings
+from tickwork.providers.webhook import PLACEHOLDER, WebhookCredentials, WebhookSettings
 
 
 @dataclass(frozen=True)
@@ -103,3 +104,33 @@ URL_SETTINGS: dict[str, tuple[str, ...]] = {
 
 def url_settings(provider: str) -> tuple[str, ...]:
     return URL_SETTINGS.get(provider, ())
+
+
+def masked_settings(provider: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings as shown back, to members and admins alike: URL settings masked
+    (`redact.mask_url`). A URL's token is as secret as a credential, and credentials are
+    write-only: whoever needs the whole URL gives it again."""
+    names = [name for name in url_settings(provider) if isinstance(settings.get(name), str)]
+    return settings | {name: mask_url(settings[name], keep=(PLACEHOLDER,)) for name in names}
+
+
+def unmasked_settings(
+    provider: str, given: dict[str, Any], current: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Settings to store: a URL setting given back exactly as it is shown (masked) keeps
+    its stored value, so a form can send back what it read; any other masked URL is
+    refused (it would be stored, `***` and all, and every call would fail)."""
+    kept = dict(given)
+    for name in url_settings(provider):
+        value, stored = kept.get(name), (current or {}).get(name)
+        if not isinstance(value, str):
+            continue
+        if isinstance(stored, str) and value == mask_url(stored, keep=(PLACEHOLDER,)):
+            kept[name] = stored
+        elif MASK in value:
+            raise InputError(
+                f"settings.{name}: {MASK} marks a part hidden when a URL is shown back;"
+                " give the whole URL",
+                field=f"settings.{name}",
+            )
+    return kept

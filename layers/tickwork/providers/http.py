@@ -12,8 +12,9 @@
   (not private, loopback, link-local, shared, reserved or a cloud metadata address) unless the
   operator allow-listed its network. The check runs when a URL is configured *and* when the
   socket connects, on the very address connected to, so DNS rebinding cannot slip past it.
-- Nothing secret leaves: tenants see a status and a short sanitized excerpt; operators' logs
-  get more, redacted too.
+- Nothing secret leaves: a URL is shown only masked (`redact.mask_url`), an answer only as
+  its status and what the provider documents (`redact`); never a receiver's body, not even
+  in the operator's log.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ import ssl
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from http import HTTPStatus
 from typing import Any
 
 import httpcore
@@ -37,24 +39,17 @@ import httpx
 
 from tickwork.errors import InputError
 from tickwork.observability import logger
+from tickwork.providers.addresses import METADATA_ADDRESSES, IPAddress, IPNetwork, refusal
 from tickwork.providers.base import Ambiguous, Outcome, Rejected, Transient
+from tickwork.providers.redact import Redactor, mask_url, sanitize
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+__all__ = ["METADATA_ADDRESSES", "IPAddress", "IPNetwork", "Redactor", "mask_url", "sanitize"]
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 # No provider's Retry-After is honoured beyond this; the dispatcher caps backoff further.
 RETRY_AFTER_CAP_SECONDS = 86400.0
-EXCERPT_CHARS = 160
-LOG_EXCERPT_CHARS = 2000
 # A URL being configured (an API request) waits at most this long for its host to resolve.
 CONFIGURE_RESOLVE_SECONDS = 5.0
-
-# Addresses that answer with cloud credentials, named even where a range rule covers them.
-METADATA_ADDRESSES = frozenset(
-    ipaddress.ip_address(a)
-    for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200")
-)
 
 
 class UnsafeDestinationError(InputError):
@@ -121,22 +116,8 @@ class OutboundPolicy:
         return cls(parsed)
 
     def refuses(self, address: IPAddress) -> str | None:
-        """Why `address` may not be called, or None when it may."""
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        if any(address in network for network in self.allowed_networks):
-            return None
-        if address in METADATA_ADDRESSES:
-            return "a cloud metadata address"
-        if address.is_loopback:
-            return "a loopback address"
-        if address.is_link_local:
-            return "a link-local address"
-        if address.is_private:
-            return "a private address"
-        if not address.is_global or address.is_multicast:
-            return "not a public address"
-        return None
+        """Why `address` may not be called, or None when it may (`addresses.refusal`)."""
+        return refusal(address, self.allowed_networks)
 
     def resolve(self, host: str, port: int, timeout: float | None = None) -> list[IPAddress]:
         """Every address `host` resolves to, each checked; refused if any is not allowed.
@@ -311,7 +292,7 @@ def client(policy: OutboundPolicy, timeout: float) -> httpx.Client:
 class Reply:
     status: int
     headers: httpx.Headers
-    body: bytes  # at most max_body_bytes
+    body: bytes  # at most max_body_bytes; read for documented fields, never shown or logged
     truncated: bool = False
 
     def json(self) -> Any:
@@ -322,9 +303,6 @@ class Reply:
             return json.loads(self.body)
         except ValueError:
             return None
-
-    def text(self) -> str:
-        return self.body.decode("utf-8", "replace")
 
 
 def _decoded(raw: bytes, encoding: str, limit: int) -> bytes:
@@ -365,10 +343,11 @@ def call(
         _deadline.reset(token)
 
 
-def outcome_of_error(exc: Exception, where: str) -> Outcome:
-    """What a failed call means. `where` is the public form of the destination."""
+def outcome_of_error(exc: Exception, where: str, redactor: Redactor | None = None) -> Outcome:
+    """What a failed call means. `where` is the shown form of the destination (masked);
+    `redactor` holds the call's secrets (a refusal's message names the host)."""
     if isinstance(exc, UnsafeDestinationError):
-        return Rejected("unsafe_url", f"{where}: {exc.message}")
+        return Rejected("unsafe_url", f"{where}: {(redactor or Redactor()).tenant(exc.message)}")
     if isinstance(exc, ResolutionTimeoutError):
         # Nothing was sent: the host name never resolved, so no connection was made.
         return Transient(f"could not connect to {where}: its host name did not resolve"
@@ -379,6 +358,15 @@ def outcome_of_error(exc: Exception, where: str) -> Outcome:
     if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
         return Rejected("invalid_url", f"{where}: not a callable URL")
     return Ambiguous(f"request to {where} may have arrived ({type(exc).__name__})")
+
+
+def status_text(status: int) -> str:
+    """`HTTP 400 Bad Request`: the status and its standard reason phrase (never the one the
+    server sent, which is free text)."""
+    try:
+        return f"HTTP {status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
 
 
 # ------------------------------------------------------------------------- retry-after
@@ -426,85 +414,24 @@ def reset_after_seconds(
     return min(max(0.0, seconds), cap)
 
 
-# ------------------------------------------------------------------------- sanitizing
-
-
-def public_url(url: str | httpx.URL) -> str:
-    """What a tenant may see of a URL: scheme, host and port. Paths and queries can carry
-    tokens (Slack's incoming webhooks do), userinfo carries passwords."""
-    try:
-        parsed = httpx.URL(str(url))
-    except (httpx.InvalidURL, TypeError, ValueError):
-        return "the configured URL"
-    port = f":{parsed.port}" if parsed.port else ""
-    return f"{parsed.scheme}://{parsed.host}{port}" if parsed.host else "the configured URL"
-
-
-def redacted_url(url: str | httpx.URL) -> str:
-    """What the operator's log may keep: the path too, but no userinfo and no query values."""
-    try:
-        parsed = httpx.URL(str(url))
-    except (httpx.InvalidURL, TypeError, ValueError):
-        return "[unparsable url]"
-    query = "&".join(f"{k}=***" for k in dict(parsed.params)) if parsed.query else ""
-    return public_url(parsed) + parsed.path + (f"?{query}" if query else "")
-
-
-_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>]+")
-_SECRETISH = re.compile(
-    r"(?i)((?:pass(?:word)?|secret|token|api[_-]?key|auth(?:orization)?|bearer|sig(?:nature)?"
-    r"|credential|session|cookie)[\"']?\s*[:=]\s*[\"']?(?:bearer\s+|basic\s+)?)[^\s\"',;&}]+"
-)
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
-_LONG_TOKEN = re.compile(r"[A-Za-z0-9_+/=.-]{40,}")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
-
-
-def sanitize(text: str, secrets: Iterable[str] = (), limit: int = EXCERPT_CHARS) -> str:
-    """A bounded excerpt safe to show: known secret values, URL secrets, key=value secrets,
-    bearer tokens and long token-like strings removed; control characters flattened."""
-    for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
-        text = text.replace(secret, "[redacted]")
-    text = _URL.sub(lambda m: public_url(m.group(0)), text)
-    text = _SECRETISH.sub(lambda m: m.group(1) + "[redacted]", text)
-    text = _BEARER.sub(lambda m: m.group(1) + " [redacted]", text)
-    text = _LONG_TOKEN.sub("[redacted]", text)
-    text = " ".join(_CONTROL.sub(" ", text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-@dataclass(frozen=True)
-class Redactor:
-    """Secrets of one call (tokens, passwords), removed from anything shown or logged."""
-
-    secrets: tuple[str, ...] = field(default_factory=tuple)
-
-    @classmethod
-    def of(cls, *values: object) -> Redactor:
-        found: list[str] = []
-        for value in values:
-            if isinstance(value, str):
-                found.append(value)
-            elif isinstance(value, Mapping):
-                found.extend(str(v) for v in value.values() if isinstance(v, str))
-        return cls(tuple(found))
-
-    def tenant(self, text: str) -> str:
-        return sanitize(text, self.secrets, EXCERPT_CHARS)
-
-    def operator(self, text: str) -> str:
-        return sanitize(text, self.secrets, LOG_EXCERPT_CHARS)
+# ---------------------------------------------------------------------------- logging
 
 
 def log_answer(
-    provider: str, action_id: object, where: str, reply: Reply | None, redactor: Redactor,
-    error: Exception | None = None,
+    provider: str, action_id: object, url: str, reply: Reply | None, redactor: Redactor,
+    error: Exception | None = None, detail: str | None = None,
 ) -> None:  # fmt: skip
-    """The full (redacted) story of an unsuccessful call, for the operator only."""
-    extra: dict[str, Any] = {"provider": provider, "action_id": str(action_id), "url": where}
+    """An unsuccessful call, for the operator: the masked URL, the answer's status, type and
+    size (never its body: a receiver's body may hold anything), what the provider's
+    documented fields said (`detail`, as the tenant sees it), or the error, redacted."""
+    extra: dict[str, Any] = {"provider": provider, "action_id": str(action_id),
+                             "url": mask_url(url)}  # fmt: skip
     if reply is not None:
-        extra |= {"status": reply.status, "body": redactor.operator(reply.text()),
+        extra |= {"status": reply.status, "body_bytes": len(reply.body),
+                  "content_type": redactor.tenant(reply.headers.get("content-type", "")),
                   "truncated": reply.truncated}  # fmt: skip
+    if detail:
+        extra["detail"] = redactor.operator(detail)
     if error is not None:
         extra["error"] = redactor.operator(f"{type(error).__name__}: {error}")
     logger.warning("provider call did not succeed", extra=extra)

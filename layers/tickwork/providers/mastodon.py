@@ -66,7 +66,8 @@ class Payload(Schema):
 
 def outcome(reply: Reply, redactor: Redactor) -> Outcome:
     body = reply.json()
-    message = redactor.tenant(str(field(body, "error") or ""))
+    # Mastodon documents its error body as {error, error_description}: `error` is shown.
+    message = redactor.message(field(body, "error"))
     detail = f"Mastodon HTTP {reply.status}" + (f": {message}" if message else "")
     if reply.status == 200 and field(body, "id"):
         return Delivered(str(field(body, "id")))
@@ -98,13 +99,13 @@ class MastodonProvider(RestProvider):
             return Rejected("validation_failed", f"the status is longer than {limit} characters")
         headers = {"authorization": f"Bearer {via.credentials['access_token']}",
                    "idempotency-key": str(action.id)}  # fmt: skip
-        redactor = Redactor.of(via.credentials)
+        redactor = Redactor.of(via.credentials, via.settings.get("instance_url"))
         url = f"{self._base(via)}/api/v1/statuses"
         body = payload.model_dump(exclude_none=True)
         return self.deliver(action, "POST", url, redactor, outcome, json=body, headers=headers)
 
     def verify(self, via: Via) -> Verified:
-        redactor = Redactor.of(via.credentials)
+        redactor = Redactor.of(via.credentials, via.settings.get("instance_url"))
         url = f"{self._base(via)}/api/v1/accounts/verify_credentials"
         headers = {"authorization": f"Bearer {via.credentials['access_token']}"}
         reply = self.request("verify", "GET", url, redactor, headers=headers)
@@ -117,4 +118,4 @@ class MastodonProvider(RestProvider):
             return Verified(False, "the instance refused the access token: create a new one"
                             " with the write:statuses scope")  # fmt: skip
         return Verified(False, f"the instance answered HTTP {reply.status}:"
-                        f" {redactor.tenant(str(field(body, 'error') or ''))}")  # fmt: skip
+                        f" {redactor.message(field(body, 'error'))}")  # fmt: skip

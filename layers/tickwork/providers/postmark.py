@@ -155,8 +155,9 @@ def request_body(action: Claimed, via: Via) -> dict[str, Any]:
 def outcome(reply: Reply, redactor: Redactor) -> Outcome:
     body = reply.json()
     code = field(body, "ErrorCode")
-    message = redactor.tenant(str(field(body, "Message") or ""))
-    detail = f"Postmark HTTP {reply.status}" + (f" ErrorCode {code}" if code is not None else "")
+    # Postmark documents its error body as {ErrorCode, Message}: those two are shown.
+    shown, message = redactor.code(code), redactor.message(field(body, "Message"))
+    detail = f"Postmark HTTP {reply.status}" + (f" ErrorCode {shown}" if shown else "")
     detail += f": {message}" if message else ""
     if reply.status == 200 and code in (0, None) and field(body, "MessageID"):
         return Delivered(str(field(body, "MessageID")))
@@ -248,4 +249,4 @@ class PostmarkProvider(RestProvider):
             return Verified(False, "Postmark refused the server token: check it is the"
                             " Server API token of the right server")  # fmt: skip
         return Verified(False, f"Postmark answered HTTP {reply.status}:"
-                        f" {redactor.tenant(str(field(body, 'Message') or ''))}")  # fmt: skip
+                        f" {redactor.message(field(body, 'Message'))}")  # fmt: skip

@@ -99,8 +99,8 @@ class RestProvider:
                 max_body_bytes=self.max_body_bytes, **kwargs,
             )  # fmt: skip
         except Exception as exc:
-            http.log_answer(self.name, action_id, http.redacted_url(url), None, redactor, exc)
-            return http.outcome_of_error(exc, http.public_url(url))
+            http.log_answer(self.name, action_id, url, None, redactor, exc)
+            return http.outcome_of_error(exc, http.mask_url(url), redactor)
 
     def deliver(
         self,
@@ -118,14 +118,16 @@ class RestProvider:
             return reply
         result = outcome(reply, redactor)
         if not isinstance(result, Delivered):
-            self.log(action.id, url, reply, redactor)
+            self.log(action.id, url, reply, redactor, unanswered(result))
         return result
 
     def send(self, action: Claimed, via: Via | None = None) -> Outcome:
         raise NotImplementedError
 
-    def log(self, action_id: object, url: str, reply: Reply, redactor: Redactor) -> None:
-        http.log_answer(self.name, action_id, http.redacted_url(url), reply, redactor)
+    def log(
+        self, action_id: object, url: str, reply: Reply, redactor: Redactor, detail: str = ""
+    ) -> None:
+        http.log_answer(self.name, action_id, url, reply, redactor, detail=detail)
 
 
 def field(body: Any, name: str) -> Any:

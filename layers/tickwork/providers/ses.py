@@ -141,7 +141,7 @@ class _Session:
 
 def outcome_of_error(exc: Exception, redactor: Redactor) -> Outcome:
     if isinstance(exc, httpx.HTTPError | http.UnsafeDestinationError | http.ResolutionTimeoutError):
-        return http.outcome_of_error(exc, "SES")
+        return http.outcome_of_error(exc, "SES", redactor)
     from botocore.exceptions import (
         ClientError,
         ConnectTimeoutError,
@@ -156,7 +156,9 @@ def outcome_of_error(exc: Exception, redactor: Redactor) -> Outcome:
     if not isinstance(exc, ClientError):
         return Ambiguous(f"the SES call may have arrived ({type(exc).__name__})")
     code = _code(exc)
-    detail = f"SES {code}: {redactor.tenant(str(exc.response.get('Error', {}).get('Message', '')))}"
+    # AWS documents its error as {Code, Message}: those are shown.
+    message = redactor.message(exc.response.get("Error", {}).get("Message"))
+    detail = f"SES {redactor.code(code) or 'error'}: {message}"
     if code in REJECTIONS:
         return Rejected(REJECTIONS[code], detail)
     if code in AUTH:

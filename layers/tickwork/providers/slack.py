@@ -108,8 +108,9 @@ def outcome(reply: Reply, redactor: Redactor) -> Outcome:
         return Ambiguous(f"Slack HTTP {reply.status}")
     if reply.status == 200 and field(body, "ok") is True and field(body, "ts"):
         return Delivered(str(field(body, "ts")))
+    # Slack answers {ok: false, error: <code>}: only a code-shaped error is shown.
     error = str(field(body, "error") or f"http_{reply.status}")
-    detail = f"Slack error {redactor.tenant(error)}"
+    detail = f"Slack error {redactor.code(error) or 'not a Slack error code'}"
     if error in RATE_LIMITED:
         return Transient(detail, retry_after)
     if error in NOT_PROCESSED:
@@ -201,7 +202,7 @@ class SlackProvider(RestProvider):
                 or not isinstance(messages, list)
             ):
                 self.log(action.id, url, reply, redactor)
-                error = redactor.tenant(str(field(body, "error") or f"HTTP {reply.status}"))
+                error = redactor.code(field(body, "error")) or f"HTTP {reply.status}"
                 return Unknown(f"Slack {method} answered {error}")
             found = [m for m in messages if carries(m, action_id) and field(m, "ts")]
             if found:
@@ -223,7 +224,7 @@ class SlackProvider(RestProvider):
         body = reply.json()
         if reply.status == 200 and field(body, "ok") is True:
             return Verified(True, "the bot token works", str(field(body, "team") or ""))
-        error = redactor.tenant(str(field(body, "error") or f"HTTP {reply.status}"))
+        error = redactor.code(field(body, "error")) or f"HTTP {reply.status}"
         if error in AUTH:
             return Verified(False, f"Slack refused the bot token ({error}): reinstall the app"
                             " or copy its Bot User OAuth Token again")  # fmt: skip

@@ -100,8 +100,10 @@ class Payload(Schema):
 def outcome(reply: Reply, redactor: Redactor) -> Outcome:
     body = reply.json()
     code = field(body, "code")
-    message = redactor.tenant(str(field(body, "message") or ""))
-    detail = f"Twilio HTTP {reply.status}" + (f" code {code}" if code is not None else "")
+    # Twilio documents its error body as {code, message, more_info, status}: code and
+    # message are shown.
+    shown, message = redactor.code(code), redactor.message(field(body, "message"))
+    detail = f"Twilio HTTP {reply.status}" + (f" code {shown}" if shown else "")
     detail += f": {message}" if message else ""
     if reply.status in (200, 201) and field(body, "sid"):
         return Delivered(str(field(body, "sid")))
@@ -159,4 +161,4 @@ class TwilioProvider(RestProvider):
         if reply.status == 404:
             return Verified(False, "Twilio has no account with this account_sid")
         return Verified(False, f"Twilio answered HTTP {reply.status}:"
-                        f" {redactor.tenant(str(field(body, 'message') or ''))}")  # fmt: skip
+                        f" {redactor.message(field(body, 'message'))}")  # fmt: skip

@@ -28,6 +28,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -74,6 +75,15 @@ def status_template(template: str) -> str:
 
 def status_url_for(template: str, message_id: str) -> str:
     return template.replace(PLACEHOLDER, message_id)
+
+
+# A receiver's `x-request-id`, kept as the provider id when it looks like an id (it is shown).
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def request_id(reply: http.Reply) -> str | None:
+    value = reply.headers.get("x-request-id", "")
+    return value if REQUEST_ID.fullmatch(value) else None
 
 
 def message_id_of(action: Claimed) -> str:
@@ -235,37 +245,43 @@ class WebhookProvider:
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign(endpoint.secret, message_id, timestamp, body),
         }
-        where = http.public_url(endpoint.url)
-        redactor = http.Redactor.of(endpoint.url, base64.b64encode(endpoint.secret).decode())
         try:
             reply = http.call(
                 self.client, "POST", endpoint.url, content=body, headers=headers,
                 total_seconds=self.timeout, max_body_bytes=self.max_body_bytes,
             )  # fmt: skip
         except Exception as exc:
-            http.log_answer("webhook", action.id, http.redacted_url(endpoint.url), None,
-                            redactor, exc)  # fmt: skip
-            return http.outcome_of_error(exc, where)
-        outcome = self.outcome(reply, where, redactor)
-        if not isinstance(outcome, Delivered):
-            http.log_answer("webhook", action.id, http.redacted_url(endpoint.url), reply, redactor)
+            redactor = self._redactor(endpoint)
+            http.log_answer("webhook", action.id, endpoint.url, None, redactor, exc)
+            return http.outcome_of_error(exc, http.mask_url(endpoint.url), redactor)
+        if 200 <= reply.status < 300:  # the common case: nothing to mask or log
+            return self.outcome(reply)
+        outcome = self.outcome(reply, http.mask_url(endpoint.url))
+        http.log_answer("webhook", action.id, endpoint.url, reply, self._redactor(endpoint))
         return outcome
 
     @staticmethod
-    def outcome(
-        reply: http.Reply, where: str = "the endpoint", redactor: http.Redactor | None = None
-    ) -> Outcome:
+    def _redactor(endpoint: Endpoint) -> http.Redactor:
+        return http.Redactor.of(endpoint.url, base64.b64encode(endpoint.secret).decode())
+
+    @staticmethod
+    def outcome(reply: http.Reply, where: str = "the endpoint") -> Outcome:
+        """The status alone decides, and is all that is said: a receiver's body is its own
+        (it may echo secrets, internals, anything) and is never read, kept or logged."""
         status = reply.status
         if 200 <= status < 300:
-            return Delivered(provider_id=reply.headers.get("x-request-id") or f"http-{status}")
-        excerpt = (redactor or http.Redactor()).tenant(reply.text())
-        detail = f"HTTP {status} from {where}" + (f": {excerpt}" if excerpt else "")
+            return Delivered(provider_id=request_id(reply) or f"http-{status}")
         retry_after = retry_after_seconds(reply.headers.get("retry-after"))
+        answered = f"{http.status_text(status)} from {where}"
         if status in NOT_PROCESSED:
-            return Transient(detail, retry_after)
+            return Transient(f"{answered}: not processed by the receiver", retry_after)
         if status >= 500:
-            return Ambiguous(detail, retry_after)
-        return Rejected("provider_rejected", detail)
+            return Ambiguous(f"{answered}: the receiver failed; it may have processed it",
+                             retry_after)  # fmt: skip
+        if 300 <= status < 400:
+            moved = f"{answered}: redirects are not followed; give the final URL"
+            return Rejected("provider_rejected", moved)
+        return Rejected("provider_rejected", f"{answered}: refused by the receiver")
 
     def lookup(self, action: Claimed, via: Via | None = None) -> LookupResult:
         """Ask the receiver's status endpoint, when it has one (see the module's notes)."""
@@ -282,7 +298,7 @@ class WebhookProvider:
             return Unknown("the webhook endpoint has no status_url to ask")
         message_id = message_id_of(action)
         url = status_url_for(endpoint.status_url, message_id)
-        where = http.public_url(url)
+        where = http.mask_url(url)
         timestamp = int(time.time())
         headers = {
             "accept": "application/json",
@@ -298,16 +314,16 @@ class WebhookProvider:
                 total_seconds=self.timeout, max_body_bytes=self.max_body_bytes,
             )  # fmt: skip
         except Exception as exc:
-            http.log_answer("webhook", action.id, http.redacted_url(url), None, redactor, exc)
-            failed = http.outcome_of_error(exc, where)
+            http.log_answer("webhook", action.id, url, None, redactor, exc)
+            failed = http.outcome_of_error(exc, where, redactor)
             return Unknown(f"the status endpoint: {getattr(failed, 'message', 'no answer')}")
         body = reply.json()
         received = body.get("received") if isinstance(body, dict) else None
         if reply.status == 200 and received is True:
-            return Found(reply.headers.get("x-request-id") or message_id, f"{where} has it")
+            return Found(request_id(reply) or message_id, f"{where} has it")
         if reply.status in (200, 404) and received is False:
             return Absent(f"{where} has no {message_id}")
-        http.log_answer("webhook", action.id, http.redacted_url(url), reply, redactor)
+        http.log_answer("webhook", action.id, url, reply, redactor)
         return Unknown(
             f"the status endpoint {where} answered HTTP {reply.status}"
             + ("" if reply.status != 200 else " without received true or false")
@@ -320,5 +336,6 @@ class WebhookProvider:
             if via.settings.get("status_url"):
                 http.check_url(str(via.settings["status_url"]), self.policy)
         except InputError as exc:
-            return Verified(False, exc.message)
+            # Members read the verification: the host is named masked, like the URL.
+            return Verified(False, http.Redactor.of(via.settings).tenant(exc.message))
         return Verified(True, "the URL is callable; deliveries are signed with your secret")
