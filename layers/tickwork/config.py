@@ -174,12 +174,27 @@ class Settings(BaseModel):
     expander_batch_size: int = Field(default=100, gt=0)
     expander_budget_seconds: float = Field(default=240.0, gt=0)
 
-    # Per-workspace quotas; 0 turns one off. Counts are refused with 422, the rate with 429.
+    # Per-workspace quotas; 0 turns one off. Counts are refused with 422, the rates with
+    # 429. These are the stack's defaults: an operator overrides any of them for one
+    # workspace (`tickwork workspace limits`, stored in workspaces.limits).
     quota_active_actions: int = Field(default=100_000, ge=0)  # queued or submitted rows
     quota_recurring_schedules: int = Field(default=500, ge=0)  # schedules not ended
     # Rows one schedule may materialize in its window (every 10 minutes for 14 days: 2016).
     quota_schedule_window_rows: int = Field(default=2000, ge=0)
     quota_api_requests_per_minute: int = Field(default=1200, ge=0)
+    # Rules not deleted. A real automation setup has tens of rules (the README's podcast
+    # example has five); 500 leaves room for generated ones without letting a tenant make
+    # the thousands whose fan-out starved the others (issue 33).
+    quota_rules: int = Field(default=500, ge=0)
+    # Recipients registered: a newsletter or a clinic's patients fit; a scraped list does not.
+    quota_recipients: int = Field(default=100_000, ge=0)
+    # Actions one event may make, which is also how many enabled rules one event type may
+    # have: a booking that fans out to a few dozen notifications is normal, one event making
+    # a thousand webhooks (the burst of issue 33) is not.
+    quota_actions_per_event: int = Field(default=100, ge=0)
+    # Actions API requests of a workspace may create per minute (100 a second, sustained;
+    # 60 events at the per-event cap). Rows the crons make are not counted.
+    quota_actions_per_minute: int = Field(default=6000, ge=0)
 
     # Where each action type's SQS queue is (AWS); the local runtime uses its in-process
     # queue. By convention the queue of type T is `<queue_url_prefix>T`; `queue_urls` names

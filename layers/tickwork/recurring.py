@@ -47,6 +47,7 @@ from tickwork.db import Connection
 from tickwork.errors import ConflictError, InputError, NotFoundError
 from tickwork.observability import emit, logger, run_budget
 from tickwork.queues.port import QueuePort
+from tickwork.quotas import Limits
 from tickwork.recurrence import (
     EXPANSION_BUDGET,
     Occurrence,
@@ -368,10 +369,12 @@ class _Expansion:
 
 
 def _materialize(
-    conn: Connection, schedule: Schedule, rule: Rule, settings: Settings, now: datetime
-) -> _Expansion:
+    conn: Connection, schedule: Schedule, rule: Rule, settings: Settings, now: datetime,
+    limits: Limits,
+) -> _Expansion:  # fmt: skip
     """Materialize occurrences after the schedule's `last_materialized_through` up to
-    now + window, with the catch-up policy for those already past. Caller holds the lock."""
+    now + window, with the catch-up policy for those already past, within the workspace's
+    `limits`. Caller holds the lock."""
     horizon = now + timedelta(days=settings.recurring_window_days)
     through = schedule.last_materialized_through
     if schedule.status != "active" or through >= horizon:
@@ -387,7 +390,7 @@ def _materialize(
         ),
         EXPANSION_BUDGET,
     )
-    quotas.check_window_rows(len(planned.fire), settings.recurring_window_days, settings)
+    quotas.check_window_rows(len(planned.fire), settings.recurring_window_days, limits)
     created: list[UUID] = []
     if planned.fire:
         rows = conn.execute(
@@ -435,9 +438,11 @@ def create_schedule(
     now: datetime,
     *,
     queues: QueuePort | None = None,
+    limits: Limits | None = None,
 ) -> ScheduleResult:
     """Validate and store a schedule, and materialize its first window of occurrences.
-    Occurrences before `now` are not missed ones: nothing is caught up at creation."""
+    Occurrences before `now` are not missed ones: nothing is caught up at creation.
+    `limits`: the workspace's quotas (default: the stack's, from `settings`)."""
     now = require_aware(now, field="now")
     tz = zone(new.timezone)
     dtstart = new.dtstart
@@ -492,7 +497,7 @@ def create_schedule(
             },
         )
         assert inserted is not None
-        expansion = _materialize(conn, inserted, rule, settings, now)
+        expansion = _materialize(conn, inserted, rule, settings, now, limits or Limits.of(settings))
     _enqueue(conn, queues, expansion.created, settings)
     return ScheduleResult(
         expansion.schedule,
@@ -540,6 +545,7 @@ def edit_schedule(
     now: datetime,
     *,
     queues: QueuePort | None = None,
+    limits: Limits | None = None,
 ) -> ScheduleResult:
     """Change a schedule (PATCH semantics). When the rule, time, zone, until, target, thing
     or payload change, the future queued rows are cancelled and the new definition is
@@ -581,7 +587,7 @@ def edit_schedule(
         )
         schedule = _transitioned(updated, current, "edited")
         cancelled = _cancel_future(conn, schedule.id, now) if moves else []
-        expansion = _materialize(conn, schedule, rule, settings, now)
+        expansion = _materialize(conn, schedule, rule, settings, now, limits or Limits.of(settings))
     _enqueue(conn, queues, expansion.created, settings)
     return ScheduleResult(
         expansion.schedule,
@@ -626,6 +632,7 @@ def resume_schedule(
     now: datetime,
     *,
     queues: QueuePort | None = None,
+    limits: Limits | None = None,
 ) -> ScheduleResult:
     """paused → active, with a fresh failure count; materializes from now. Occurrences
     missed while paused are skipped and counted, except the latest one if it is within the
@@ -639,7 +646,7 @@ def resume_schedule(
             raise _ended(current, "resumed")
         rule = Rule(current.recurrence)
         resumed = _transitioned(_fetch(conn, _RESUME, {"id": current.id}), current, "resumed")
-        expansion = _materialize(conn, resumed, rule, settings, now)
+        expansion = _materialize(conn, resumed, rule, settings, now, limits or Limits.of(settings))
     _enqueue(conn, queues, expansion.created, settings)
     return ScheduleResult(
         expansion.schedule,
@@ -775,11 +782,12 @@ class ExpandSummary:
 
 
 def _expand_one(
-    conn: Connection, schedule: Schedule, settings: Settings, now: datetime, summary: ExpandSummary
-) -> list[UUID]:
+    conn: Connection, schedule: Schedule, settings: Settings, now: datetime,
+    summary: ExpandSummary, limits: Limits,
+) -> list[UUID]:  # fmt: skip
     try:
         rule = Rule(schedule.recurrence)
-        expansion = _materialize(conn, schedule, rule, settings, now)
+        expansion = _materialize(conn, schedule, rule, settings, now, limits)
         finished = (
             bounded(
                 lambda: rule.next_after(now, anchor=expansion.schedule.expansion_anchor),
@@ -828,6 +836,8 @@ def expand_all(
     # materialized through the horizon, so the batch query leaves it out by itself.)
     passed: list[UUID] = []
     created: list[UUID] = []
+    # Each workspace's quotas, read once a run (an operator may have set its own).
+    limits: dict[UUID, Limits] = {}
     while time.monotonic() < deadline:
         params = {"horizon": horizon, "exclude": passed, "batch_size": settings.expander_batch_size}
         batch = [row[0] for row in conn.execute(_TO_EXPAND, params).fetchall()]
@@ -843,7 +853,10 @@ def expand_all(
                     if locked is None:
                         passed.append(schedule_id)
                         continue
-                    created += _expand_one(conn, locked, settings, now, summary)
+                    ws = locked.workspace_id
+                    if ws not in limits:
+                        limits[ws] = quotas.workspace_limits(conn, ws, settings)
+                    created += _expand_one(conn, locked, settings, now, summary, limits[ws])
             except INFRASTRUCTURE_ERRORS:
                 raise
             except Exception:

@@ -14,8 +14,10 @@ from typing import Literal
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
+from tickwork.config import Settings
 from tickwork.db import Connection
 from tickwork.errors import ForbiddenError
+from tickwork.quotas import Limits
 from tickwork.sql import query
 
 _SET_TENANT = query("set_tenant")
@@ -30,6 +32,7 @@ class Caller:
     workspace_id: UUID
     role: Role
     timezone: ZoneInfo
+    limits: Limits  # the workspace's quotas: its operator's, else the stack's defaults
 
     @property
     def is_admin(self) -> bool:
@@ -51,13 +54,14 @@ def tenant_transaction(
         yield conn
 
 
-def authorize(conn: Connection, user_id: str, workspace_id: UUID) -> Caller:
-    """The caller's membership of the current tenant's workspace, or ForbiddenError."""
+def authorize(conn: Connection, user_id: str, workspace_id: UUID, settings: Settings) -> Caller:
+    """The caller's membership of the current tenant's workspace, with the workspace's
+    limits (`settings` hold the stack's defaults), or ForbiddenError."""
     row = conn.execute(_CALLER_MEMBERSHIP, {"user_id": user_id}).fetchone()
     if row is None:
         raise ForbiddenError(
             f"you are not a member of workspace {workspace_id}",
             details={"workspace_id": str(workspace_id)},
         )
-    role, timezone = row
-    return Caller(user_id, workspace_id, role, ZoneInfo(timezone))
+    role, timezone, limits = row
+    return Caller(user_id, workspace_id, role, ZoneInfo(timezone), Limits.of(settings, limits))

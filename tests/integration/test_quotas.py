@@ -1,20 +1,33 @@
-"""Quotas on a real Postgres: the active-actions count uses its index and stops at the
-limit; a stored schedule over the window quota is paused by the expander with the reason."""
+"""Quotas on a real Postgres: the counts use their indexes and count one workspace; a stored
+schedule over the window quota is paused by the expander with the reason; the count of
+actions created is one for every API connection; an operator's limits are the workspace's
+own, and the API's role cannot write them."""
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 from tests.conftest import make_workspace
 from tests.e2e.test_api_quotas import away_from_a_minute_boundary
 from tests.integration.test_query_plans import index_scans, plan_of, seq_scans
-from tickwork import quotas, recurring
+from tickwork import cli, quotas, recurring
 from tickwork.config import Settings
-from tickwork.errors import QuotaExceededError, RateLimitedError
+from tickwork.db import connect
+from tickwork.errors import InputError, QuotaExceededError, RateLimitedError
+from tickwork.quotas import QUOTA_NAMES, Limits
 from tickwork.recurring import NewSchedule
 from tickwork.sql import query
+from tickwork.tenancy import tenant_transaction
+
+
+def limits(**given: int) -> Limits:
+    """The stack's default quotas with `given` set (as an operator sets them)."""
+    return Limits.of(Settings(), given)
 
 
 @pytest.fixture
@@ -45,23 +58,23 @@ def test_the_active_count_uses_its_partial_index_and_stops_at_the_cap(conn, crow
     plan = plan_of(conn, query("count_active_actions"), {"workspace_id": busy, "cap": 1001})
     assert "ix_scheduled_actions_active_workspace" in index_scans(plan)
     assert "scheduled_actions" not in seq_scans(plan)
-    quotas.check_active_actions(conn, quiet, Settings(quota_active_actions=1))
-    quotas.check_active_actions(conn, busy, Settings(quota_active_actions=50_000))
+    quotas.check_active_actions(conn, quiet, limits(active_actions=1))
+    quotas.check_active_actions(conn, busy, limits(active_actions=50_000))
     with pytest.raises(QuotaExceededError, match="more than 49999 active"):
-        quotas.check_active_actions(conn, busy, Settings(quota_active_actions=49_999))
-    quotas.check_active_actions(conn, busy, Settings(quota_active_actions=0))  # off
+        quotas.check_active_actions(conn, busy, limits(active_actions=49_999))
+    quotas.check_active_actions(conn, busy, limits(active_actions=0))  # off
 
 
 def test_the_request_count_starts_again_each_window(conn, workspace):
     away_from_a_minute_boundary()
-    settings = Settings(quota_api_requests_per_minute=2)
-    assert quotas.count_request(conn, workspace, settings).requests == 1
-    assert quotas.count_request(conn, workspace, settings).requests == 2
+    two = limits(api_requests_per_minute=2)
+    assert quotas.count_request(conn, workspace, two).count == 1
+    assert quotas.count_request(conn, workspace, two).count == 2
     with pytest.raises(RateLimitedError) as refused:
-        quotas.count_request(conn, workspace, settings)
+        quotas.count_request(conn, workspace, two)
     assert 1 <= refused.value.retry_after_seconds <= 60
     conn.execute("update workspace_api_usage set window_start = window_start - interval '1 min'")
-    assert quotas.count_request(conn, workspace, settings).requests == 1
+    assert quotas.count_request(conn, workspace, two).count == 1
 
 
 def test_the_expander_pauses_a_stored_schedule_over_the_window_quota(conn, workspace, now):
@@ -81,3 +94,189 @@ def test_the_expander_pauses_a_stored_schedule_over_the_window_quota(conn, works
 def _hourly() -> NewSchedule:
     return NewSchedule(action_type="webhook", target_key="primary", rrule="FREQ=HOURLY",
                        timezone="UTC")  # fmt: skip
+
+
+# ------------------------------------------- caps on rules, recipients, events and the rate
+
+
+@pytest.fixture
+def crowded_rules(conn, now):
+    """A workspace with a few rules and recipients beside another with many."""
+    mine, theirs = make_workspace(conn, "Mine"), make_workspace(conn, "Theirs")
+    for workspace, rules, recipients in ((mine, 300, 1000), (theirs, 20_000, 100_000)):
+        conn.execute(
+            "insert into rules (workspace_id, name, trigger_type, event_type, action_type,"
+            " target_key) select %s, 'r' || g, 'event', 'type.' || (g %% 50), 'log', 't'"
+            " from generate_series(1, %s) g",
+            (workspace, rules),
+        )
+        conn.execute(
+            "insert into recipients (workspace_id, recipient_id, timezone)"
+            " select %s, 'r-' || g, 'UTC' from generate_series(1, %s) g",
+            (workspace, recipients),
+        )
+    conn.execute("vacuum analyze rules")
+    conn.execute("vacuum analyze recipients")
+    return mine
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "index"),
+    [
+        ("count_rules", {}, "ix_rules_workspace"),
+        ("count_event_rules", {"event_type": "type.7"}, "ix_rules_event"),
+        ("count_recipients", {"cap": 501}, "recipients_pkey"),
+    ],
+)
+def test_the_cap_counts_use_their_index(conn, crowded_rules, name, params, index):
+    plan = plan_of(conn, query(name), {"workspace_id": crowded_rules} | params)
+    assert index in index_scans(plan), json.dumps(plan, indent=1)
+    assert not {"rules", "recipients"} & seq_scans(plan)
+
+
+def test_the_cap_counts_count_the_workspace_alone(conn, crowded_rules):
+    quotas.check_rules(conn, crowded_rules, limits(rules=300), new=True, event_type="type.7")
+    with pytest.raises(QuotaExceededError, match="would have 300 rules; its quota is 299"):
+        quotas.check_rules(conn, crowded_rules, limits(rules=299), new=True, event_type=None)
+    with pytest.raises(QuotaExceededError, match=r"'type\.7' would have 6 enabled rules"):
+        quotas.check_rules(
+            conn, crowded_rules, limits(actions_per_event=5), new=False, event_type="type.7"
+        )
+    quotas.check_recipients(conn, crowded_rules, limits(recipients=1000))
+    with pytest.raises(QuotaExceededError, match="more than 999 recipients"):
+        quotas.check_recipients(conn, crowded_rules, limits(recipients=999))
+    off = limits(rules=0, actions_per_event=0, recipients=0)
+    quotas.check_rules(conn, crowded_rules, off, new=True, event_type="type.7")
+    quotas.check_recipients(conn, crowded_rules, off)
+
+
+def test_every_api_connection_shares_one_count_of_actions_created(database_url, workspace):
+    away_from_a_minute_boundary()
+    ten = limits(actions_per_minute=10)
+    with connect(database_url) as one, connect(database_url) as other:
+        for conn, made, total in ((one, 4, 4), (other, 5, 9), (one, 1, 10)):
+            with tenant_transaction(conn, workspace):
+                usage = quotas.count_actions_created(conn, workspace, made, ten)
+                assert usage is not None
+                assert usage.count == total
+        with (
+            pytest.raises(RateLimitedError, match="created 10 actions this minute") as refused,
+            tenant_transaction(other, workspace),
+        ):
+            quotas.count_actions_created(other, workspace, 1, ten)
+        assert refused.value.details["quota"] == "actions_per_minute"
+        # the refusal rolled its own count back
+        row = one.execute("select actions from workspace_action_usage").fetchone()
+        assert row == (10,)
+        # nothing made, nothing counted; and 0 is no quota
+        assert quotas.count_actions_created(one, workspace, 0, ten) is None
+        assert (
+            quotas.count_actions_created(one, workspace, 99, limits(actions_per_minute=0)) is None
+        )
+
+
+# ---------------------------------------------------------------- what an operator sets
+
+
+def test_the_api_role_can_read_a_workspaces_limits_but_not_write_them(conn, workspace):
+    quotas.set_limits(conn, workspace, Settings(), {"rules": 7})
+    with tenant_transaction(conn, workspace):
+        assert conn.execute("select limits from workspaces").fetchone() == ({"rules": 7},)
+    with (
+        pytest.raises(psycopg.errors.InsufficientPrivilege, match="workspaces"),
+        tenant_transaction(conn, workspace),
+    ):
+        conn.execute("update workspaces set limits = '{\"rules\": 100000}'")
+    assert quotas.workspace_limits(conn, workspace, Settings()).rules == 7
+
+
+@pytest.mark.parametrize("stored", ['{"rules": -1}', '{"rules": 1.5}', '{"rules": "9"}', "[]"])
+def test_the_database_keeps_only_whole_limits(conn, workspace, stored):
+    with pytest.raises(psycopg.errors.CheckViolation, match="workspaces_limits_valid"):
+        conn.execute("update workspaces set limits = %s::jsonb", (stored,))
+
+
+def test_an_operator_sets_and_resets_a_workspaces_limits(conn, workspace):
+    settings = Settings(quota_rules=50)
+    other = make_workspace(conn, "Other")
+    done = quotas.set_limits(conn, workspace, settings, {"rules": 5, "actions_per_minute": 0})
+    assert (done.rules, done.actions_per_minute) == (5, 0)
+    assert done.overridden == {"rules", "actions_per_minute"}
+    assert quotas.workspace_limits(conn, other, settings).rules == 50
+    back = quotas.set_limits(conn, workspace, settings, {}, reset=["rules"])
+    assert (back.rules, back.actions_per_minute, back.overridden) == (
+        50,
+        0,
+        {"actions_per_minute"},
+    )
+    for given, reset, message in (
+        ({"bogus": 1}, [], "'bogus' is not a quota"),
+        ({"rules": -1}, [], "whole number from 0"),
+        ({"rules": 1}, ["rules"], "set or reset, not both"),
+    ):
+        with pytest.raises(InputError, match=message):
+            quotas.set_limits(conn, workspace, settings, given, reset)
+
+
+def test_limits_are_the_workspaces_own_else_the_stacks_defaults():
+    settings = Settings(quota_rules=9, quota_recipients=8)
+    found = Limits.of(settings, {"rules": 1, "gone_quota": 3})
+    assert (found.rules, found.recipients, found.overridden) == (1, 8, {"rules"})
+    assert (
+        set(found.as_dict())
+        == set(QUOTA_NAMES)
+        == {
+            name.removeprefix("quota_")
+            for name in Settings.model_fields
+            if name.startswith("quota_")
+        }
+    )
+
+
+def test_the_expander_holds_each_workspace_to_its_own_window_quota(conn, now):
+    strict, roomy = make_workspace(conn, "Strict"), make_workspace(conn, "Roomy")
+    made = {
+        ws: recurring.create_schedule(conn, ws, _hourly(), Settings(), now).schedule.id
+        for ws in (strict, roomy)
+    }
+    quotas.set_limits(conn, strict, Settings(), {"schedule_window_rows": 10})
+    summary = recurring.expand_all(conn, Settings(), now=now + timedelta(days=20))
+    assert summary.paused == 1
+    assert recurring.get_schedule(conn, strict, made[strict]).status == "paused"
+    assert recurring.get_schedule(conn, roomy, made[roomy]).status == "active"
+
+
+def test_the_workspace_limits_command_shows_sets_and_resets(
+    database_url, conn, workspace, monkeypatch, capsys
+):
+    monkeypatch.setenv("TICKWORK_QUOTA_RULES", "40")
+    base = ["workspace", "limits", "Acme", "--database-url", database_url]
+    # Given nothing set, it shows the stack's defaults (this shell's TICKWORK_QUOTA_*)
+    assert cli.main(base) == 0
+    shown = capsys.readouterr()
+    assert "limits of workspace Acme" in shown.out
+    assert re.search(r"rules\s+40  the stack's default", shown.out)
+    assert re.search(r"actions_per_minute\s+6000  the stack's default", shown.out)
+    # When an operator sets two and prints JSON
+    assert cli.main([*base, "--rules", "5", "--actions-per-minute", "0", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["workspace_id"] == str(workspace)
+    assert (body["limits"]["rules"], body["limits"]["actions_per_minute"]) == (5, 0)
+    assert body["overridden"] == ["actions_per_minute", "rules"]
+    assert conn.execute("select limits from workspaces").fetchone() == (
+        {"rules": 5, "actions_per_minute": 0},
+    )
+    # Then a reset puts one back, `all` every one
+    assert cli.main([*base, "--reset", "rules"]) == 0
+    assert re.search(r"rules\s+40  the stack's default", capsys.readouterr().out)
+    assert cli.main([*base, "--reset", "all"]) == 0
+    assert conn.execute("select limits from workspaces").fetchone() == ({},)
+    # and mistakes are refused with what to do, writing nothing
+    assert cli.main([*base, "--rules", "3", "--reset", "rules"]) == 2
+    assert "set or reset, not both" in capsys.readouterr().err
+    assert cli.main(["workspace", "limits", "Nope", "--database-url", database_url]) == 2
+    assert "no workspace 'Nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main([*base, "--rules", "-1"])
+    assert "not a whole number" in capsys.readouterr().err
+    assert conn.execute("select limits from workspaces").fetchone() == ({},)

@@ -11,6 +11,7 @@ from psycopg import sql
 
 from tests.conftest import make_workspace
 from tests.engine import seed
+from tickwork.config import Settings
 from tickwork.db import (
     API_LOGIN_ROLE,
     connect,
@@ -85,9 +86,9 @@ def test_the_role_does_not_outlive_the_transaction(conn, two_tenants):
 def test_membership_is_checked_within_the_tenant(conn, two_tenants):
     a, _ = two_tenants
     with tenant_transaction(conn, a):
-        assert authorize(conn, "alice", a).is_admin
+        assert authorize(conn, "alice", a, Settings()).is_admin
     with pytest.raises(ForbiddenError, match="not a member"), tenant_transaction(conn, a):
-        authorize(conn, "bob", a)
+        authorize(conn, "bob", a, Settings())
 
 
 # --- the API's own login: row-level security it cannot leave --------------------------------

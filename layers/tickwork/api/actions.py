@@ -82,7 +82,7 @@ def _move(
     )  # fmt: skip
     actions.expect(transition, key, verb, "queued")
     assert replacement is not None
-    request.hand_over([replacement.id])
+    request.replaced([replacement.id])
     return _out(request, replacement).model_copy(update={"resolved": resolved})
 
 
@@ -226,7 +226,9 @@ def retry_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
     settings = request.runtime.settings
     transition = actions.retry(request.conn, request.caller.workspace_id, key, settings)
     retried = actions.expect_retried(transition, key)
-    request.added([retried.id])
+    # Back to queued on the same row: it counts as active again, but it is no new action.
+    request.added_actions()
+    request.hand_over([retried.id])
     return _out(request, retried)
 
 

@@ -38,6 +38,7 @@ def post_event(body: EventIn, workspace: WorkspaceHeader) -> ResultOut:
     result = emit_event(
         request.conn, request.caller.workspace_id, event, request.caller.timezone,
         request.runtime.settings, request.now, created_by=request.caller.user_id,
+        limits=request.limits,
     )  # fmt: skip
     # An event about a recipient (entities.recipient) ends their enrollments in campaigns
     # that exit on it (a reply, an unsubscribe, a goal).

@@ -83,6 +83,9 @@ def put_intent(thing_id: str, body: IntentIn, workspace: WorkspaceHeader) -> Res
         request.conn, request.caller.workspace_id, thing_id, given, request.runtime.settings,
         request.now, updated_by=request.caller.user_id,
     )  # fmt: skip
+    # Moved rows are made anew (cancel + insert): the rate counts them, the active count
+    # stays as it was.
+    request.made(result.reconciled.inserted + result.reconciled.moved)
     if result.reconciled.inserted:
         request.added_actions()
     request.hand_over(action.id for action in result.active)

@@ -201,11 +201,28 @@ class StatsOut(BaseModel):
     lag_ms: LagOut | None = Field(description="claim time - publish_at, last hour")
 
 
+class LimitsOut(BaseModel):
+    """The workspace's quotas (0: none): those its operator set, else the stack's defaults.
+    Read-only: only the operator changes them (`tickwork workspace limits`)."""
+
+    active_actions: int = Field(description="queued or submitted actions it may hold")
+    recurring_schedules: int = Field(description="recurring schedules not ended")
+    schedule_window_rows: int = Field(description="rows one schedule may make in its window")
+    api_requests_per_minute: int
+    rules: int = Field(description="rules not deleted")
+    recipients: int
+    actions_per_event: int = Field(
+        description="actions one event may make (and enabled rules one event type may have)"
+    )
+    actions_per_minute: int = Field(description="actions its API requests may create a minute")
+
+
 class WorkspaceOut(BaseModel):
     id: UUID
     name: str
     timezone: str
     settings: dict[str, Any]
+    limits: LimitsOut
     now_local: str
     created_at: datetime
     updated_at: datetime
@@ -237,7 +254,7 @@ _ERROR_MEANINGS = {
     " conflicts with another",
     413: "the body or the payload is too large",
     422: "a value is invalid, or a quota is reached; the message says which and why",
-    429: "the workspace's request rate quota; retry after Retry-After seconds",
+    429: "the workspace's request or action rate quota; retry after Retry-After seconds",
 }
 
 

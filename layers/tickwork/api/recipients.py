@@ -55,8 +55,9 @@ def put_recipient(
         cap_policy=body.cap_policy,
     )
     stored = store.put_recipient(
-        request.conn, request.caller.workspace_id, recipient_id, given, request.runtime.settings
-    )
+        request.conn, request.caller.workspace_id, recipient_id, given, request.runtime.settings,
+        limits=request.limits,
+    )  # fmt: skip
     return Response(
         status_code=201 if stored.created else 200,
         content_type=content_types.APPLICATION_JSON,

@@ -101,10 +101,11 @@ def create_schedule(body: CreateSchedule, workspace: WorkspaceHeader) -> Respons
         created_by=request.caller.user_id,
         connection_id=body.connection_id,
     )
-    quotas.check_new_schedule(request.conn, request.caller.workspace_id, request.runtime.settings)
+    quotas.check_new_schedule(request.conn, request.caller.workspace_id, request.limits)
     result = recurring.create_schedule(
-        request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
-    )
+        request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now,
+        limits=request.limits,
+    )  # fmt: skip
     request.added(result.created)
     return Response(
         status_code=201,
@@ -170,7 +171,7 @@ def edit_schedule(schedule_id: str, body: SchedulePatch, workspace: WorkspaceHea
         sent["dtstart"] = _wall_time(sent["dtstart"])
     result = recurring.edit_schedule(
         request.conn, request.caller.workspace_id, key, ScheduleChanges(**sent),
-        request.runtime.settings, request.now,
+        request.runtime.settings, request.now, limits=request.limits,
     )  # fmt: skip
     request.added(result.created)
     return _out(request, result.schedule)
@@ -202,8 +203,9 @@ def resume_schedule(schedule_id: str, workspace: WorkspaceHeader) -> ScheduleOut
     request = scope(router)
     key = _schedule_id(schedule_id)
     result = recurring.resume_schedule(
-        request.conn, request.caller.workspace_id, key, request.runtime.settings, request.now
-    )
+        request.conn, request.caller.workspace_id, key, request.runtime.settings, request.now,
+        limits=request.limits,
+    )  # fmt: skip
     request.added(result.created)
     return _out(request, result.schedule)
 

@@ -47,7 +47,7 @@ def create_rule(body: RuleIn, workspace: WorkspaceHeader) -> Response[RuleOut]:
     )  # fmt: skip
     done = store.create_rule(
         request.conn, request.caller.workspace_id, given, request.runtime.settings,
-        request.now, created_by=request.caller.user_id,
+        request.now, created_by=request.caller.user_id, limits=request.limits,
     )  # fmt: skip
     request.added(fired.action_id for fired in done.result.created)
     return Response(
@@ -114,6 +114,7 @@ def edit_rule(rule_id: str, body: RulePatch, workspace: WorkspaceHeader) -> Rule
     done = store.edit_rule(
         request.conn, request.caller.workspace_id, _rule_id(rule_id), changes,
         request.runtime.settings, request.now, edited_by=request.caller.user_id,
+        limits=request.limits,
     )  # fmt: skip
     request.added(fired.action_id for fired in done.result.created)
     return RuleOut.of(done.rule, done.result)

@@ -4,7 +4,8 @@ The `tenancy` middleware reads the caller from the claims API Gateway's JWT auth
 verified (`sub`) and the workspace from the `X-Workspace-Id` header, opens the tenant
 transaction (row-level security), checks membership, runs the route, and commits, or
 rolls back when the route answered with an error. Work that needs the commit (handing a
-new row to its queue) is queued in `after_commit`.
+new row to its queue) is queued in `after_commit`. The actions a request created are
+counted against the workspace's per-minute quota just before it commits.
 """
 
 from __future__ import annotations
@@ -39,11 +40,22 @@ class RequestScope:
     runtime: Runtime
     now: datetime
     after_commit: list[Callable[[], None]] = field(default_factory=list)
+    # Actions this request created, counted against the workspace's per-minute quota once,
+    # just before the request commits (`tenancy`): every way in reports them here.
+    created: int = 0
+
+    @property
+    def limits(self) -> quotas.Limits:
+        return self.caller.limits
+
+    def made(self, count: int) -> None:
+        """`count` new actions (rows inserted): the per-minute quota counts them."""
+        self.created += count
 
     def added_actions(self) -> None:
         """Call after a write that added active rows: over the workspace's quota, it is
         refused (422) and rolled back."""
-        quotas.check_active_actions(self.conn, self.caller.workspace_id, self.runtime.settings)
+        quotas.check_active_actions(self.conn, self.caller.workspace_id, self.caller.limits)
 
     def hand_over(self, ids: Iterable[UUID]) -> None:
         """Rows due within the tick's look-ahead go to their queue once the request has
@@ -59,10 +71,18 @@ class RequestScope:
         self.after_commit.append(work)
 
     def added(self, ids: Iterable[UUID]) -> None:
-        """New active rows: counted against the workspace's quota, then handed over."""
+        """New active rows: counted against the workspace's quotas, then handed over."""
         new = list(ids)
         if new:
+            self.made(len(new))
             self.added_actions()
+        self.hand_over(new)
+
+    def replaced(self, ids: Iterable[UUID]) -> None:
+        """New rows in place of ones just cancelled (reschedule, send now): the active count
+        stays as it was, the per-minute quota counts them; then handed over."""
+        new = list(ids)
+        self.made(len(new))
         self.hand_over(new)
 
 
@@ -100,14 +120,17 @@ def tenancy(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Res
     # Membership and the request count first, committed on their own: a request that
     # fails later still counts against the workspace's rate.
     with tenant_transaction(conn, workspace_id):
-        caller = authorize(conn, user_id, workspace_id)
-        quotas.count_request(conn, workspace_id, rt.settings)
+        caller = authorize(conn, user_id, workspace_id, rt.settings)
+        quotas.count_request(conn, workspace_id, caller.limits)
     with tenant_transaction(conn, workspace_id, actor=user_id):
         request = RequestScope(conn, caller, rt, utcnow())
         app.append_context(**{_KEY: request})
         response = next_middleware(app)
         if response.status_code >= 400:
             raise psycopg.Rollback()
+        # Last, so the row lock of the count is held only until the commit: over the
+        # per-minute quota, the request is refused and its rows roll back with the count.
+        quotas.count_actions_created(conn, workspace_id, request.created, caller.limits)
     if response.status_code < 400 and request.after_commit:
         # The API's login acts only inside a tenant transaction, so the work that needs the
         # commit (handing new rows to their queues) gets one of its own.

@@ -1,4 +1,5 @@
-"""/v1/workspace: the caller's workspace, its zone and settings."""
+"""/v1/workspace: the caller's workspace, its zone and settings, and its limits (read-only:
+an operator sets them)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Header
 from tickwork import calendar, workspaces
 from tickwork.api.models import (
     LagOut,
+    LimitsOut,
     StatsOut,
     StatusCount,
     WorkspaceOut,
@@ -34,6 +36,7 @@ def _out(found: workspaces.Workspace) -> WorkspaceOut:
         name=found.name,
         timezone=found.timezone,
         settings=found.settings,
+        limits=LimitsOut(**request.limits.as_dict()),
         now_local=local_rendering(request.now, zone(found.timezone)),
         created_at=found.created_at,
         updated_at=found.updated_at,
@@ -42,7 +45,7 @@ def _out(found: workspaces.Workspace) -> WorkspaceOut:
 
 @router.get(
     "/v1/workspace",
-    summary="The workspace: zone and settings",
+    summary="The workspace: zone, settings and limits",
     responses=responses(200, WorkspaceOut, "the workspace"),
 )
 def get_workspace(workspace: WorkspaceHeader) -> WorkspaceOut:

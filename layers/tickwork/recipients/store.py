@@ -11,9 +11,11 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from tickwork import quotas
 from tickwork.config import Settings
 from tickwork.db import Connection, storable
 from tickwork.errors import ConflictError, NotFoundError
+from tickwork.quotas import Limits
 from tickwork.recipients.model import (
     Recipient,
     check_recipient_id,
@@ -53,9 +55,11 @@ def _stored(row: dict[str, Any], created: bool = False) -> StoredRecipient:
 
 def put_recipient(
     conn: Connection, workspace_id: UUID, recipient_id: str, given: RecipientInput,
-    settings: Settings,
+    settings: Settings, *, limits: Limits | None = None,
 ) -> StoredRecipient:  # fmt: skip
-    """Create or replace a recipient after checking every field (nothing written otherwise)."""
+    """Create or replace a recipient after checking every field (nothing written otherwise)
+    and, for a new one, the workspace's quota of recipients (`limits`; default: the
+    stack's, from `settings`)."""
     check_recipient_id(recipient_id)
     zone(given.timezone)
     windows = parse_quiet_hours(given.quiet_hours)
@@ -69,9 +73,11 @@ def put_recipient(
         "caps": Jsonb(caps),
         "cap_policy": policy,
     }
-    with storable(), conn.cursor(row_factory=dict_row) as cur:
+    with conn.transaction(), storable(), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_PUT, params).fetchone()
-    assert row is not None
+        assert row is not None
+        if row["created"]:
+            quotas.check_recipients(conn, workspace_id, limits or Limits.of(settings))
     return _stored(row, bool(row["created"]))
 
 

@@ -20,15 +20,20 @@ from zoneinfo import ZoneInfo
 
 from psycopg.rows import dict_row
 
+from tickwork import quotas
 from tickwork.actions import PAYLOAD_MAX_BYTES, payload_size
 from tickwork.config import Settings
 from tickwork.db import Connection
 from tickwork.errors import InputError, PayloadTooLargeError
+from tickwork.quotas import Limits
+from tickwork.rules.conditions import first_failing, parse_conditions
 from tickwork.rules.model import (
+    EVENT_ROOTS,
     EVENT_TYPE,
     MAX_ENTITIES,
     Failed,
     ProduceResult,
+    Rule,
     event_key,
     rule_from_row,
 )
@@ -124,6 +129,16 @@ def event_context(event: ValidEvent, rule_id: UUID, rule_name: str) -> dict[str,
     }  # fmt: skip
 
 
+def _would_fire(rule: Rule, event: ValidEvent) -> bool:
+    """Whether a rule's conditions hold for the event (one that no longer parses fails
+    without making anything)."""
+    try:
+        conditions = parse_conditions(rule.conditions, EVENT_ROOTS)
+    except InputError:
+        return False
+    return first_failing(conditions, event_context(event, rule.id, rule.name)) is None
+
+
 def emit_event(
     conn: Connection,
     workspace_id: UUID,
@@ -133,18 +148,26 @@ def emit_event(
     now: datetime,
     *,
     created_by: str | None = None,
+    limits: Limits | None = None,
 ) -> ProduceResult:
     """Fire every enabled rule on the event's type, each in its own savepoint: one rule's
     failure (a template that meets a missing field) is reported, the others still fire.
-    Raises InputError only for an event that is itself invalid."""
+    Raises InputError only for an event that is itself invalid, or QuotaExceededError,
+    before anything is written, when more rules would fire than one event may make actions
+    (`limits`: the workspace's quotas; default: the stack's, from `settings`)."""
     valid = validate_event(event, now)
     day = valid.occurred_at.astimezone(timezone).date().isoformat()
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
             _EVENT_RULES, {"workspace_id": workspace_id, "event_type": valid.type}
         ).fetchall()
+        rules = [rule_from_row(row) for row in rows]
+        cap = limits or Limits.of(settings)
+        if cap.actions_per_event and len(rules) > cap.actions_per_event:
+            would_fire = sum(_would_fire(rule, valid) for rule in rules)
+            quotas.check_event_actions(would_fire, valid.type, cap)
         result = ProduceResult()
-        for rule in map(rule_from_row, rows):
+        for rule in rules:
             try:
                 compiled = rule.compiled()
             except InputError as exc:

@@ -20,9 +20,11 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from tickwork import quotas
 from tickwork.config import Settings
 from tickwork.db import Connection, storable
 from tickwork.errors import InputError, NotFoundError
+from tickwork.quotas import Limits
 from tickwork.rules.entities import load_entity
 from tickwork.rules.model import (
     WITHDRAWN,
@@ -85,6 +87,13 @@ def _write(conn: Connection, sql: Any, params: dict[str, Any]) -> Rule | None:
     return rule_from_row(row) if row else None
 
 
+def _fired_by(rule: Rule) -> str | None:
+    """The event type an enabled event rule fires on (None for any other rule)."""
+    if rule.trigger_type == "event" and rule.enabled and rule.deleted_at is None:
+        return rule.event_type
+    return None
+
+
 def _sync(
     conn: Connection, rule: Rule, settings: Settings, now: datetime, user: str | None
 ) -> ProduceResult:
@@ -121,13 +130,19 @@ def create_rule(
     now: datetime,
     *,
     created_by: str | None = None,
+    limits: Limits | None = None,
 ) -> RuleResult:
+    """`limits`: the workspace's quotas (default: the stack's, from `settings`)."""
     valid = validate_rule(given, settings)
     with conn.transaction():
         rule = _write(
             conn, _INSERT, _params(valid) | {"workspace_id": workspace_id, "created_by": created_by}
         )
         assert rule is not None
+        quotas.check_rules(
+            conn, workspace_id, limits or Limits.of(settings), new=True,
+            event_type=_fired_by(rule),
+        )  # fmt: skip
         result = _sync(conn, rule, settings, now, created_by)
     emit_metrics("rule", result)
     return RuleResult(rule, result)
@@ -179,7 +194,9 @@ def edit_rule(
     now: datetime,
     *,
     edited_by: str | None = None,
+    limits: Limits | None = None,
 ) -> RuleResult:
+    """`limits`: the workspace's quotas (default: the stack's, from `settings`)."""
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_LOCK, {"id": rule_id, "workspace_id": workspace_id}).fetchone()
         if row is None:
@@ -198,6 +215,13 @@ def edit_rule(
         valid = validate_rule(merged, settings)
         rule = _write(conn, _UPDATE, _params(valid) | {"id": rule_id, "workspace_id": workspace_id})
         assert rule is not None
+        fired_by = _fired_by(rule)
+        if fired_by is not None and fired_by != _fired_by(current):
+            # Enabled, or moved to another event type: one more rule on `fired_by`.
+            quotas.check_rules(
+                conn, workspace_id, limits or Limits.of(settings), new=False,
+                event_type=fired_by,
+            )  # fmt: skip
         result = _sync(conn, rule, settings, now, edited_by)
     emit_metrics("rule", result)
     return RuleResult(rule, result)

@@ -27,3 +27,47 @@ set window_start = excluded.window_start,
 returning requests,
           extract(epoch from window_start + make_interval(secs => %(window)s) - now())::float8
               as seconds_left
+
+-- name: count_actions_created
+-- %(made)s more actions created in the workspace's current window (a new window starts the
+-- count again); returns the count and the seconds until the window ends. It runs in the
+-- request's transaction, so a request refused (or failing) rolls its count back with its
+-- rows, and the row lock it takes is held only from here to that commit.
+insert into workspace_action_usage as usage (workspace_id, window_start, actions)
+values (%(workspace_id)s, date_bin(make_interval(secs => %(window)s), now(),
+                                   timestamptz '2000-01-01'), %(made)s)
+on conflict (workspace_id) do update
+set window_start = excluded.window_start,
+    actions = case when usage.window_start = excluded.window_start
+                   then usage.actions + excluded.actions else excluded.actions end
+returning actions,
+          extract(epoch from window_start + make_interval(secs => %(window)s) - now())::float8
+              as seconds_left
+
+-- name: count_rules
+-- The workspace's rules not deleted (few: the quota bounds them), through ix_rules_workspace.
+select count(*) from rules
+where workspace_id = %(workspace_id)s and deleted_at is null
+
+-- name: count_event_rules
+-- The enabled rules one event type fires, through ix_rules_event.
+select count(*) from rules
+where workspace_id = %(workspace_id)s and trigger_type = 'event'
+  and event_type = %(event_type)s and enabled and deleted_at is null
+
+-- name: count_recipients
+-- The workspace's recipients, counted up to %(cap)s through the primary key.
+select count(*) from (
+    select 1 from recipients where workspace_id = %(workspace_id)s limit %(cap)s
+) as held
+
+-- name: workspace_limits
+-- The limits an operator set for a workspace (the API reads them with the membership).
+select limits from workspaces where id = %(workspace_id)s
+
+-- name: set_workspace_limits
+-- Set some of a workspace's limits and clear others (back to the stack's defaults).
+update workspaces
+set limits = (limits - %(reset)s::text[]) || %(set)s
+where id = %(workspace_id)s
+returning limits

@@ -8,8 +8,9 @@ select set_config('role', 'tickwork_api', true),
        set_config('tickwork.actor', coalesce(%(actor)s::text, ''), true)
 
 -- name: caller_membership
--- Row-level security already limits this to the current workspace.
-select m.role, w.timezone
+-- Row-level security already limits this to the current workspace. The workspace's limits
+-- come along: the request's quotas need them, without a round trip of their own.
+select m.role, w.timezone, w.limits
 from workspace_members m
 join workspaces w on w.id = m.workspace_id
 where m.user_id = %(user_id)s
