@@ -16,8 +16,9 @@ and every webhook it scheduled is timed where it arrives. Phases, alternating pe
 
 The hostile workspace's caps (rules, actions per event, per minute) are raised by the
 operator for the run, so its burst happens: what is measured is the fair share, not the
-caps. DATABASE_URL selects a server (a `tickwork_bench_tenants` database is created on it);
-otherwise an embedded Postgres in a temporary directory is used.
+caps. DATABASE_URL selects a server (a `tickwork_bench_tenants_<pid>` database is made on
+it, and dropped at the end); otherwise an embedded Postgres in a temporary directory is
+used.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from tickwork import migrate, workspaces
+from tickwork import migrate, quotas, workspaces
 from tickwork.config import Settings
 from tickwork.db import connect
 from tickwork.local.auth import LocalJwt
@@ -49,7 +50,8 @@ from tickwork.local.receiver import ReceivedWebhook
 from tickwork.local.runner import LocalRuntime, quiet_powertools
 from tickwork.wallclock import utcnow
 
-BENCH_DATABASE = "tickwork_bench_tenants"
+# A database of the run's own: runs side by side (a baseline checkout beside) do not collide.
+BENCH_DATABASE = f"tickwork_bench_tenants_{os.getpid()}"
 PHASES = ("alone", "template", "burst")
 HOSTILE_TEMPLATE = "{% set x = (((context.n ** 64) ** 64) ** 64) ** 64 %}ok"
 BURST_RULES = 1000
@@ -131,16 +133,12 @@ class Arrivals:
                 self.hostile += 1
 
 
-def set_limits(url: str, workspace_id: Any) -> str:
-    """Raise the hostile workspace's limits, as an operator would; says what it did."""
-    setter: Callable[..., Any] | None = getattr(workspaces, "set_limits", None)
-    if setter is None:
-        return "no per-workspace limits in this version"
+def raise_limits(url: str, workspace_id: Any, settings: Settings) -> str:
+    """Lift the hostile workspace's caps, as an operator would; says what it did."""
     with connect(url) as conn:
-        setter(conn, workspace_id, HOSTILE_LIMITS)
-    return "hostile workspace's limits raised: " + ", ".join(
-        f"{name} {'off' if value == 0 else value}" for name, value in HOSTILE_LIMITS.items()
-    )
+        limits = quotas.set_limits(conn, workspace_id, settings, HOSTILE_LIMITS)
+    lifted = ", ".join(name for name, value in limits.as_dict().items() if value == 0)
+    return f"the hostile workspace's limits are off: {lifted}"
 
 
 def quiet_load(client: Client, stop: threading.Event, result: PhaseResult) -> None:
@@ -253,7 +251,7 @@ def setup(local: LocalRuntime, jwt: LocalJwt, url: str, timeout: float) -> tuple
     hostile_id, _ = workspaces.ensure(conn, "Hostile")
     workspaces.add_member(conn, quiet_id, "quinn", "admin")
     workspaces.add_member(conn, hostile_id, "mallory", "admin")
-    print(set_limits(url, hostile_id))
+    print(raise_limits(url, hostile_id, local.settings))
     base = local.api.url
     quiet = Client(base, jwt.sign("quinn"), str(quiet_id), timeout)
     hostile = Client(base, jwt.sign("mallory"), str(hostile_id), timeout)
