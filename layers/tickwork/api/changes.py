@@ -35,7 +35,8 @@ def list_changes(
     cursor: Annotated[str | None, Query(max_length=20)] = None,
 ) -> ChangePage:
     request = scope(router)
-    if cursor is not None and not cursor.isdigit():
+    # A change's id is a bigint: a longer number is no cursor this endpoint returned.
+    if cursor is not None and not (cursor.isascii() and cursor.isdigit() and len(cursor) < 19):
         raise InputError("cursor must be a next_cursor this endpoint returned", field="cursor")
     found = changes.list_changes(
         request.conn, request.caller.workspace_id, limit=limit + 1,
