@@ -82,7 +82,10 @@ class Settings(BaseModel):
 
     # Input rules.
     past_grace_seconds: int = Field(default=60, ge=0)
-    max_horizon_days: int = Field(default=3650, gt=0)
+    # The scheduling horizon: every instant the API takes is within this many days of now,
+    # ahead or ago. At most 100 years, so that nothing computed from an instant (an offset,
+    # a drip's waits) can leave the years a datetime holds.
+    max_horizon_days: int = Field(default=3650, gt=0, le=36500)
     max_manual_retries: int = Field(default=5, ge=0)
 
     # Kill switches: dispatch stops, rows stay queued, nothing is lost.
@@ -169,7 +172,7 @@ class Settings(BaseModel):
     recurring_catch_up_seconds: int = Field(default=3600, ge=0, le=86400)
     recurring_max_failures: int = Field(default=5, ge=1, le=1000)
     # How far in the past a schedule's dtstart may be.
-    recurring_max_past_days: int = Field(default=366, ge=0)
+    recurring_max_past_days: int = Field(default=366, ge=0, le=36500)
     # Schedule ids read per batch, and how long one expander run keeps going.
     expander_batch_size: int = Field(default=100, gt=0)
     expander_budget_seconds: float = Field(default=240.0, gt=0)

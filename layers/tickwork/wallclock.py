@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from functools import cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
@@ -129,6 +129,23 @@ def require_aware(instant: datetime, *, field: str = "publish_at") -> datetime:
         raise InvalidTimeError(
             f"{field} {instant.isoformat()} is outside the years 1-9999 once in UTC", field=field
         ) from exc
+
+
+def check_horizon(instant: datetime, now: datetime, days: int, *, field: str) -> None:
+    """Refuse (InvalidTimeError naming `field`) an instant more than `days` days from `now`,
+    ahead or ago: the scheduling horizon. Every instant Tickwork takes is within it, so
+    nothing it computes from one (a default range, an offset, a drip's wait) leaves the
+    years a datetime can hold."""
+    horizon = timedelta(days=days)
+    if now - horizon <= instant <= now + horizon:
+        return
+    direction = "ahead" if instant > now else "ago"
+    raise InvalidTimeError(
+        f"{field} {instant.isoformat()} is more than {days} days {direction}; times are"
+        f" taken within {days} days of now, either way",
+        field=field,
+        details={"max_days": days},
+    )
 
 
 def to_utc(instant: datetime) -> datetime:

@@ -115,6 +115,106 @@ def test_wall_times_that_overflow_in_utc_are_422(api, database_url, day, clock, 
     assert rows(database_url) == 1
 
 
+# -------------------------------------------------- the scheduling horizon (issue 33)
+
+HORIZON_DAYS = 3650  # Settings().max_horizon_days
+DAY = 86400
+
+
+def _campaign(api: Api) -> str:
+    api.admin.call("PUT", "/v1/recipients/ann", json={"timezone": "Asia/Tokyo"})
+    steps = [{"wait": {"delay_seconds": 0},
+              "action": {"action_type": "log", "target_key": "x", "payload": {}}}]  # fmt: skip
+    return str(api.admin.call("POST", "/v1/campaigns", json={"name": "c", "steps": steps})["id"])
+
+
+def _schedule(api: Api) -> str:
+    body = {"action_type": "webhook", "target_key": "primary", "rrule": "FREQ=DAILY"}
+    return str(api.admin.call("POST", "/v1/recurring", json=body)["id"])
+
+
+def _nothing(api: Api) -> str:
+    return ""
+
+
+# (what, field, setup, request): each made a 500, or was taken, before the horizon existed
+BEYOND_THE_HORIZON = [
+    ("calendar from near year 9999", "from", _nothing,
+     lambda api, _: api.admin.http.get("/v1/actions", params={"from": "9999-12-31T23:59:59Z"})),
+    ("calendar to near year 1", "to", _nothing,
+     lambda api, _: api.admin.http.get("/v1/actions", params={"to": "0001-01-01T00:00:00Z"})),
+    ("calendar from near year 1", "from", _nothing,
+     lambda api, _: api.admin.http.get("/v1/actions", params={"from": "0001-01-02T00:00:00Z"})),
+    ("calendar to past the horizon", "to", _nothing,
+     lambda api, _: api.admin.http.get("/v1/actions",
+                                       params={"to": at((HORIZON_DAYS + 2) * DAY)})),
+    ("enrollment starting near 9999", "starts_at", _campaign,
+     lambda api, campaign: api.admin.http.post(f"/v1/campaigns/{campaign}/enrollments", json={
+         "recipient_id": "ann", "starts_at": "9999-12-30T00:00:00Z"})),
+    ("enrollment starting in year 1", "starts_at", _campaign,
+     lambda api, campaign: api.admin.http.post(f"/v1/campaigns/{campaign}/enrollments", json={
+         "recipient_id": "ann", "starts_at": "0001-01-01T00:00:00Z"})),
+    ("recurring until in a hundred years", "until", _nothing,
+     lambda api, _: api.admin.http.post("/v1/recurring", json={
+         "action_type": "webhook", "target_key": "primary", "rrule": "FREQ=DAILY",
+         "until": at(100 * 365 * DAY)})),
+    ("recurring until changed to year 8998", "until", _schedule,
+     lambda api, schedule: api.admin.http.patch(f"/v1/recurring/{schedule}",
+                                                json={"until": "8998-01-01T00:00:00Z"})),
+    ("an event that occurred in year 9999", "occurred_at", _nothing,
+     lambda api, _: api.admin.http.post("/v1/events", json={
+         "type": "booking.confirmed", "occurred_at": "9999-12-31T00:00:00Z"})),
+    ("an entity date in year 8999", "dates.start", _nothing,
+     lambda api, _: api.admin.http.put("/v1/entities/booking/bk-1/dates", json={
+         "dates": {"start": "8999-06-01T10:00"}})),
+    ("an entity date in 1900", "dates.start", _nothing,
+     lambda api, _: api.admin.http.put("/v1/entities/booking/bk-1/dates", json={
+         "dates": {"start": "1900-01-01T00:00:00+00:00"}})),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("field", "setup", "request_of"),
+    [pytest.param(field, setup, make, id=what) for what, field, setup, make in BEYOND_THE_HORIZON],
+)
+def test_times_beyond_the_horizon_are_422_naming_the_field(
+    api, database_url, field, setup, request_of
+):
+    given = setup(api)
+    before = {t: rows(database_url, t) for t in ("scheduled_actions", "enrollments", "entities")}
+    error = error_of(request_of(api, given), 422)
+    assert (error["code"], error["details"]["field"]) == ("invalid_time", field)
+    assert f"more than {HORIZON_DAYS} days" in error["message"]
+    after = {t: rows(database_url, t) for t in before}
+    assert after == before
+
+
+def test_times_within_the_horizon_either_way_are_taken(api):
+    # the calendar near both ends of the horizon, with its defaults computed from them
+    near_past, near_future = at(-(HORIZON_DAYS - 1) * DAY), at((HORIZON_DAYS - 1) * DAY)
+    for params in ({"from": near_past}, {"to": near_past}, {"from": near_future},
+                   {"to": near_future}, {"from": near_past, "to": near_future}):  # fmt: skip
+        assert api.admin.http.get("/v1/actions", params=params).status_code == 200, params
+    # an enrollment starting a day inside the horizon, whose step lies beyond it
+    api.admin.call("PUT", "/v1/recipients/bea", json={"timezone": "Pacific/Kiritimati"})
+    steps = [{"wait": {"day": 366, "at": "23:59"},
+              "action": {"action_type": "log", "target_key": "x", "payload": {}}}]  # fmt: skip
+    campaign = api.admin.call("POST", "/v1/campaigns", json={"name": "far", "steps": steps})
+    enrolled = api.admin.http.post(
+        f"/v1/campaigns/{campaign['id']}/enrollments",
+        json={"recipient_id": "bea", "starts_at": at((HORIZON_DAYS - 1) * DAY)},
+    )
+    assert enrolled.status_code == 201, enrolled.text
+    # the step beyond the horizon is skipped with its reason, never a 500
+    assert "more than 3650 days ahead" in (enrolled.json()["last_error"] or "")
+
+
+@pytest.mark.parametrize("cursor", ["99999999999999999999", "１２３"])
+def test_a_change_log_cursor_that_is_no_id_is_422(api, cursor):
+    error = error_of(api.admin.http.get("/v1/changes", params={"cursor": cursor}), 422)
+    assert error["details"]["field"] == "cursor"
+
+
 # ----------------------------------------------------- depth and huge numbers (13)
 
 

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Api
+from tests.e2e.test_api import error_of
 from tests.fakes import LOOPBACK, OperatorLog
 from tests.fakes.postmark import TOKEN as POSTMARK_TOKEN
 from tests.fakes.postmark import FakePostmark
@@ -156,6 +157,40 @@ def test_bad_connections_are_422_naming_the_field(api, body, field):
     for secret in json.dumps(body.get("credentials", {})).split('"')[3:4]:
         assert secret not in answer.text
     assert api.admin.call("GET", "/v1/connections")["items"] == []
+
+
+@pytest.mark.parametrize(
+    ("provider", "settings", "credentials", "field"),
+    [
+        ("webhook", {"url": "http://169.254.169.254/latest/meta-data/"},
+         {"signing_secret": SECRET}, "settings.url"),
+        ("webhook", {"url": "http://10.1.2.3/hook"}, {"signing_secret": SECRET}, "settings.url"),
+        ("webhook", {"url": "http://127.0.0.2:8080/"}, {"signing_secret": SECRET},
+         "settings.url"),
+        ("webhook", {"url": "gopher://example.com/"}, {"signing_secret": SECRET}, "settings.url"),
+        ("webhook", {"url": "http://93.184.215.14/",
+                     "status_url": "http://[::1]/status/{webhook_id}"},
+         {"signing_secret": SECRET}, "settings.status_url"),
+        ("mastodon", {"instance_url": "http://192.168.1.10"},
+         {"access_token": "a" * 20}, "settings.instance_url"),
+    ],
+)  # fmt: skip
+def test_unsafe_urls_are_refused_with_the_code_the_readme_names(
+    api, provider, settings, credentials, field
+):
+    # Given URLs that may not be called, on create
+    body = {"name": "Unsafe", "provider": provider, "settings": settings,
+            "credentials": credentials}  # fmt: skip
+    error = error_of(raw(api, "POST", "/v1/connections", json=body), 422)
+    # Then the answer is the README's unsafe_url, naming the setting
+    assert (error["code"], error["details"]["field"]) == ("unsafe_url", field)
+    assert api.admin.call("GET", "/v1/connections")["items"] == []
+    # and the same on a change of settings
+    if provider == "webhook":
+        safe = api.admin.call("POST", "/v1/connections", json=body | {"settings": {
+            "url": "http://93.184.215.14/"}})  # fmt: skip
+        patched = raw(api, "PATCH", f"/v1/connections/{safe['id']}", json={"settings": settings})
+        assert error_of(patched, 422)["code"] == "unsafe_url"
 
 
 def test_a_duplicate_name_is_a_conflict(api):

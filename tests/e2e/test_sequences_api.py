@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 
@@ -254,4 +255,31 @@ def test_unknown_recipients_and_other_workspaces_campaigns_are_not_found(api):
            "publish_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}  # fmt: skip
     assert (
         error_of(api.admin.http.post("/v1/actions", json=sms), 422)["code"] == "unknown_recipient"
+    )
+
+
+def test_lists_under_a_parent_that_is_not_there_are_404_not_empty(api):
+    # Given a campaign of workspace A with an enrollment, and one of workspace B
+    put_recipient(api)
+    campaign = api.admin.call("POST", "/v1/campaigns", json={"name": "c", "steps": [step("x")]})
+    enrolled = api.admin.call(
+        "POST", f"/v1/campaigns/{campaign['id']}/enrollments", json={"recipient_id": "ann"}
+    )
+    theirs = api.outsider.call("POST", "/v1/campaigns", json={"name": "b", "steps": [step("y")]})
+    # When A lists the enrollments of a campaign it does not have (unknown, B's, malformed)
+    for campaign_id in (str(uuid4()), theirs["id"], "not-a-campaign"):
+        listing = api.admin.http.get(f"/v1/campaigns/{campaign_id}/enrollments")
+        # Then it is a 404 naming what is missing, not an empty page
+        assert "campaign" in error_of(listing, 404)["message"]
+    # and the change log of an enrollment that is not A's is a 404 too
+    for enrollment_id in (str(uuid4()), enrolled["id"]):
+        client = api.admin if enrollment_id != enrolled["id"] else api.outsider
+        changes = client.http.get("/v1/changes", params={"enrollment_id": enrollment_id})
+        assert "enrollment" in error_of(changes, 404)["message"]
+    # while A's own lists answer as before
+    page = api.admin.call("GET", f"/v1/campaigns/{campaign['id']}/enrollments")
+    assert [e["id"] for e in page["items"]] == [enrolled["id"]]
+    assert (
+        api.admin.call("GET", "/v1/changes", params={"enrollment_id": enrolled["id"]})["items"]
+        == []
     )

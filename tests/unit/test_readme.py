@@ -14,6 +14,7 @@ from tickwork.errors import TickworkError
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+SERVER = "layers/tickwork/local/api_server.py"
 
 
 def _subclasses(cls: type[TickworkError]) -> list[type[TickworkError]]:
@@ -22,13 +23,14 @@ def _subclasses(cls: type[TickworkError]) -> list[type[TickworkError]]:
 
 def api_error_codes() -> dict[str, int]:
     """Every code the API answers with, and its status: the domain errors it maps, and the
-    ones its error layer writes itself."""
+    ones its error layer and the local server write themselves."""
     codes = {}
     for cls in [TickworkError, *_subclasses(TickworkError)]:
         status = status_of(cls.__new__(cls))
         if status < 500:
             codes[cls.code] = int(status)
-    for source in (ROOT / "layers/tickwork/api").glob("*.py"):
+    sources = [*(ROOT / "layers/tickwork/api").glob("*.py"), ROOT / SERVER]
+    for source in sources:
         for name, code in re.findall(r'HTTPStatus\.([A-Z_]+),\s*"([a-z_]+)"', source.read_text()):
             codes[code] = int(HTTPStatus[name])
     return codes
@@ -43,6 +45,14 @@ def readme_error_codes() -> dict[str, int]:
 
 def test_the_readme_lists_every_error_code_the_api_returns_with_its_status():
     assert readme_error_codes() == api_error_codes()
+
+
+def test_the_local_server_answers_only_with_codes_it_names_with_their_status():
+    # each of its own answers is written `HTTPStatus.X, "code"`, which the test above reads
+    source = (ROOT / SERVER).read_text()
+    assert len(re.findall(r"HTTPStatus\.[A-Z_]+", source)) == len(
+        re.findall(r'HTTPStatus\.([A-Z_]+),\s*"([a-z_]+)"', source)
+    )
 
 
 def test_the_readme_documents_every_option_of_every_command():

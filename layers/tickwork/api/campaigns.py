@@ -137,8 +137,13 @@ def list_enrollments(
     cursor: Annotated[str | None, Query(max_length=40)] = None,
 ) -> EnrollmentPage:
     request = scope(router)
+    campaign = parse_id(campaign_id, "campaign")
+    # An unknown campaign is a 404, not an empty list.
+    store.get_campaign(
+        request.conn, request.caller.workspace_id, campaign, request.runtime.settings
+    )
     found = store.list_enrollments(
-        request.conn, request.caller.workspace_id, parse_id(campaign_id, "campaign"),
+        request.conn, request.caller.workspace_id, campaign,
         status=status, limit=limit + 1, after=parse_id(cursor, "cursor") if cursor else None,
     )  # fmt: skip
     items = found[:limit]

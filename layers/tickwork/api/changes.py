@@ -13,6 +13,7 @@ from tickwork.api.models import responses
 from tickwork.api.scope import scope
 from tickwork.api.sequences_models import ChangeKind, ChangeOut, ChangePage
 from tickwork.errors import InputError
+from tickwork.sequences.store import get_enrollment
 
 router = Router()
 
@@ -35,8 +36,12 @@ def list_changes(
     cursor: Annotated[str | None, Query(max_length=20)] = None,
 ) -> ChangePage:
     request = scope(router)
-    if cursor is not None and not cursor.isdigit():
+    # A change's id is a bigint: a longer number is no cursor this endpoint returned.
+    if cursor is not None and not (cursor.isascii() and cursor.isdigit() and len(cursor) < 19):
         raise InputError("cursor must be a next_cursor this endpoint returned", field="cursor")
+    if enrollment_id is not None:
+        # The change log of an enrollment that is not there is a 404, not an empty list.
+        get_enrollment(request.conn, request.caller.workspace_id, enrollment_id)
     found = changes.list_changes(
         request.conn, request.caller.workspace_id, limit=limit + 1,
         after=int(cursor) if cursor else None, kind=kind, enrollment_id=enrollment_id,

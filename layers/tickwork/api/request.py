@@ -3,7 +3,8 @@
 Two places: `check_event` runs on the raw API Gateway event before the resolver (the body's
 JSON, its depth and numbers, lone surrogates anywhere), and the `request_checks` middleware
 runs on the matched route after Powertools' validation (path parameters percent-decoded,
-bodies that are not the object a route documents)."""
+bodies that are not the object a route documents, instants outside the scheduling
+horizon)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import base64
 import binascii
 import json
 import re
+from collections.abc import Iterator
+from datetime import datetime
 from types import NoneType, UnionType
 from typing import Any, Union, get_args, get_origin
 from urllib.parse import unquote
@@ -19,7 +22,9 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from pydantic import BaseModel
 
+from tickwork import runtime
 from tickwork.errors import BadRequestError, InputError
+from tickwork.wallclock import check_horizon, utcnow
 
 # Deeper JSON than this is refused: no payload needs it, and nesting is what makes parsers
 # and serializers recurse (pydantic's stops near 255 levels, Python's json near 1000).
@@ -139,10 +144,45 @@ def _decoded(name: str, value: str) -> str:
         ) from exc
 
 
+def _instants(value: Any, where: str) -> Iterator[tuple[str, datetime]]:
+    """The instants in a validated parameter, each with its field (`steps[2].at`): in the
+    value itself, in a model's fields, and in lists or maps of models (payloads, plain
+    JSON, are not walked: they hold no instants, only strings)."""
+    if isinstance(value, datetime):
+        yield where, value
+    elif isinstance(value, BaseModel):
+        for name, info in type(value).model_fields.items():
+            field = info.alias or name
+            yield from _instants(getattr(value, name), f"{where}.{field}" if where else field)
+    elif isinstance(value, list | tuple | dict):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(item, BaseModel | datetime):
+                yield from _instants(item, f"{where}[{key!r}]" if isinstance(key, str)
+                                     else f"{where}[{key}]")  # fmt: skip
+
+
+def check_instants(dependant: Any, args: dict[str, Any]) -> None:
+    """Every instant a route receives, in its query or its body, lies within the scheduling
+    horizon (TICKWORK_MAX_HORIZON_DAYS of now, ahead or ago); routes keep their own tighter
+    rules (publish_at not in the past, ...)."""
+    found = [
+        *(hit for p in dependant.query_params for hit in _instants(args.get(p.name), p.alias)),
+        # A body's fields are named without the body's own name (`publish_at`).
+        *(hit for p in dependant.body_params for hit in _instants(args.get(p.name), "")),
+    ]
+    if found:
+        days = runtime.current().settings.max_horizon_days
+        now = utcnow()
+        for where, instant in found:
+            check_horizon(instant, now, days, field=where)
+
+
 def request_checks(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Response[Any]:
-    """Path parameters percent-decoded (as API Gateway decodes `pathParameters`), and a body
-    that is not a JSON object refused where the route documents an object: Powertools would
-    take the first item of a list (`[null, null]` as no body)."""
+    """Path parameters percent-decoded (as API Gateway decodes `pathParameters`), a body
+    that is not a JSON object refused where the route documents an object (Powertools would
+    take the first item of a list: `[null, null]` as no body), and instants outside the
+    scheduling horizon refused (422, naming the field)."""
     route = app.context.get("_route")
     dependant = getattr(route, "dependant", None)
     args: dict[str, Any] = app.context.get("_route_args", {})
@@ -159,4 +199,5 @@ def request_checks(app: APIGatewayHttpResolver, next_middleware: NextMiddleware)
                 "the request body must be a JSON object (or absent, where it is optional)",
                 field="body",
             )
+        check_instants(dependant, args)
     return next_middleware(app)

@@ -9,9 +9,9 @@ from typing import Any, Literal
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import BaseModel, Field
 
-from tickwork.api.models import ActionOut, Strict
+from tickwork.api.models import ActionOut, Instant, Strict
 from tickwork.rules.conditions import OPS
 from tickwork.rules.entities import Entity, EntityResult, EntityView
 from tickwork.rules.model import ActionTemplate, ProduceResult, Rule, Trigger
@@ -217,7 +217,7 @@ class EventIn(Strict):
     context: dict[str, Any] = Field(
         default_factory=dict, description="what templates and conditions see as `context`"
     )
-    occurred_at: AwareDatetime | None = Field(
+    occurred_at: Instant | None = Field(
         default=None, description="RFC 3339; default now. Its date (workspace's zone) is in the key"
     )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time
+from datetime import date, datetime, time
 from typing import Any
 from uuid import UUID
 
@@ -34,7 +34,7 @@ from tickwork.rules.produce import (
     withdraw,
 )
 from tickwork.sql import query
-from tickwork.wallclock import resolve_wall_time, zone
+from tickwork.wallclock import check_horizon, require_aware, resolve_wall_time, zone
 
 _TIME_RULES = query("time_rules")
 _UPSERT = query("upsert_entity")
@@ -104,7 +104,11 @@ def check_entity_key(entity_type: str, entity_id: str) -> None:
         raise InputError(f"entity id must be 1 to {MAX_ENTITY_ID} characters", field="entity_id")
 
 
-def parse_dates(raw: Mapping[str, str | datetime], tz_name: str) -> list[ReferenceDate]:
+def parse_dates(
+    raw: Mapping[str, str | datetime], tz_name: str, now: datetime, horizon_days: int
+) -> list[ReferenceDate]:
+    """The dates as instants, each within the scheduling horizon of `now` (its time rules'
+    offsets are added to it)."""
     tz = zone(tz_name)
     if not isinstance(raw, Mapping) or len(raw) > MAX_DATES:
         raise InputError(f"dates must be an object of at most {MAX_DATES} names", field="dates")
@@ -124,16 +128,18 @@ def parse_dates(raw: Mapping[str, str | datetime], tz_name: str) -> list[Referen
                 " 2027-03-28T15:00 (in the entity's zone) or 2027-03-28T15:00:00+02:00",
                 field=where,
             ) from exc
-        if not 1900 <= given.year <= 8999:
-            raise InvalidTimeError(f"{where} must be within the years 1900-8999", field=where)
-        if given.tzinfo is None:
-            wall = given.replace(tzinfo=None)
-            at = resolve_wall_time(date(wall.year, wall.month, wall.day),
-                                   time(wall.hour, wall.minute, wall.second, wall.microsecond),
-                                   tz)  # fmt: skip
-            parsed.append(ReferenceDate(name, at, wall))
+        wall = given.replace(tzinfo=None) if given.tzinfo is None else None
+        if wall is None:
+            at = require_aware(given, field=where)
         else:
-            parsed.append(ReferenceDate(name, given.astimezone(UTC), None))
+            try:
+                at = resolve_wall_time(date(wall.year, wall.month, wall.day),
+                                       time(wall.hour, wall.minute, wall.second,
+                                            wall.microsecond), tz)  # fmt: skip
+            except InvalidTimeError as exc:
+                raise InvalidTimeError(f"{where}: {exc.message}", field=where) from exc
+        check_horizon(at, now, horizon_days, field=where)
+        parsed.append(ReferenceDate(name, at, wall))
     return parsed
 
 
@@ -166,7 +172,7 @@ def put_dates(
     check_entity_key(entity_type, entity_id)
     tz_name = given.timezone or default_timezone
     zone(tz_name)
-    dates = parse_dates(given.dates, tz_name)
+    dates = parse_dates(given.dates, tz_name, now, settings.max_horizon_days)
     if not isinstance(given.context, Mapping):
         raise InputError("context must be a JSON object", field="context")
     context = dict(given.context)
