@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -95,10 +96,14 @@ class Client:
     """A workspace's API client: `call` answers (status, seconds, json body)."""
 
     def __init__(self, base_url: str, token: str, workspace_id: str, timeout: float) -> None:
+        # Without TCP_NODELAY a request's body waits for the server to acknowledge its
+        # headers (Nagle), which a server delays up to 40 ms: the client's time, not ours.
+        nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
         self.http = httpx.Client(
             base_url=base_url,
             headers={"Authorization": f"Bearer {token}", "X-Workspace-Id": workspace_id},
             timeout=timeout,
+            transport=httpx.HTTPTransport(socket_options=nodelay),
         )
 
     def call(self, method: str, path: str, **kwargs: Any) -> tuple[int, float, Any]:

@@ -289,6 +289,12 @@ class JsonErrorsH11(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # asyncio turns Nagle off only on sockets that say IPPROTO_TCP, which ours (bound
+        # by socket.create_server) does not: the body of an answer on a kept-alive
+        # connection then waited for the client's delayed ACK of its head, 40 ms.
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._arm()
 
     def data_received(self, data: bytes) -> None:
