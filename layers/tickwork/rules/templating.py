@@ -336,12 +336,19 @@ def _metered(func: Callable[..., Any], *, reads_whole: bool, sized: bool) -> Cal
         meter.tick()
         if reads_whole and len(args) > at:
             value = args[at]
-            if not isinstance(value, str | list | tuple | dict) and isinstance(value, Iterator):
-                value = list(value)  # map(...), select(...): materialized to be sized
-                args = (*args[:at], value, *args[at + 1 :])
-            meter.read_whole(value)
+            if isinstance(value, str):  # the common case, without a call
+                if len(value) > MAX_VALUE:
+                    meter.bound(len(value))
+                meter.charge(len(value))
+            else:
+                if isinstance(value, Iterator):  # map(...), select(...): sized as a list
+                    value = list(value)
+                    args = (*args[:at], value, *args[at + 1 :])
+                meter.read_whole(value)
         result = func(*args, **kwargs)
-        return meter.built_value(result) if sized else result
+        if sized:
+            meter.built_value(result)
+        return result
 
     return metered
 
