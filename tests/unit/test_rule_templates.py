@@ -163,6 +163,7 @@ DIGITS = "a number of more than 4,300 digits"
 VALUE = "a value of more than 262,144 characters or items"
 OPERATIONS = "the template used more than 20,000 operations"
 BUILT = "the template built more than 1,048,576 characters and items"
+COMPARISON = "a comparison of more than 262,144 characters or items"
 
 
 @pytest.mark.timeout(10)
@@ -191,7 +192,11 @@ BUILT = "the template built more than 1,048,576 characters and items"
         ("{{ range(1000)|join(context.big) }}", VALUE),
         ("{% set l = [context.big] * 1000 %}{{ l|length }} {{ l|string|length }}", VALUE),
         ("{% set l = [context.big] * 1000 %}{{ l|sort|first }}", VALUE),
-        ("{% set l = range(1000)|list * 200 %}{{ context.l in [l] * 200 }}", VALUE),
+        # comparisons: their work is bounded before they run
+        ("{% set l = [context.big] * 1000 %}{{ context.big ~ '!' in l }}", COMPARISON),
+        ("{% set l = [context.big] * 1000 %}{{ context.big ~ '!' in l|reverse }}", COMPARISON),
+        ("{% set l = [context.big] * 1000 %}{{ l|select('in', l|list)|list }}", COMPARISON),
+        ("{% set l = range(1000)|list * 200 %}{{ l == l|list }}", COMPARISON),
         ("{{ ([[context.n] * 1000] * 1000)|sum(start=[])|length }}", BUILT),
         # many medium values add up against the render's total
         ("{% for i in range(1000) %}{% set t = context.big ~ i %}{% endfor %}ok", BUILT),

@@ -11,8 +11,10 @@ performs through a `Meter`, the one of the render under way:
   computed (`*`, `+`, `~`, join, replace, a filter that reads its whole input) and right
   after in any case; an integer at most `MAX_INT_DIGITS` digits, estimated from the
   operands' bit lengths before `*` or `**` runs;
-- **built**: the sizes of everything a render builds or reads whole add up against
-  `MAX_BUILT`, so many medium values cannot add up to unbounded memory or time;
+- **built**: the sizes of everything a render builds or turns into text add up against
+  `MAX_BUILT`, so many medium values cannot add up to unbounded memory or time (work that
+  builds nothing, such as a comparison, counts one more operation per 1,024 characters or
+  items it may read);
 - **CPU time**: the thread's CPU time (`time.thread_time`), a backstop: each operation is
   bounded by the sizes above, so the clock is read every 16 operations and after any
   operation on a large value, not on every one (reading it costs a tenth of a small
@@ -60,6 +62,8 @@ MANY_RENDERS = 20
 # An operation that handles at least this many characters or items reads the CPU clock at
 # once; the others read it every CPU_CHECK_EVERY + 1 operations.
 _LARGE = 4096
+# Work that builds nothing counts one operation per this many characters or items read.
+WORK_PER_OPERATION = 1024
 CPU_CHECK_EVERY = 15  # a mask: every 16th operation
 
 
@@ -154,6 +158,18 @@ class Meter:
         if self.built < 0:
             raise BudgetExceededError(self._breach(1, "characters and items", verb="built"))
         if units >= _LARGE:  # a large value: the clock is worth reading now
+            self.check()
+
+    def work(self, units: int, what: str) -> None:
+        """Work that builds nothing (a comparison reading its sides), computed before it
+        runs: at most MAX_VALUE characters or items, and one more operation per
+        WORK_PER_OPERATION of them, the clock read when it is large."""
+        if units > MAX_VALUE:
+            raise BudgetExceededError(
+                f"the template would make {what} of more than {_n(MAX_VALUE)} characters or items"
+            )
+        if units >= WORK_PER_OPERATION:
+            self.operations -= units // WORK_PER_OPERATION
             self.check()
 
     def _breach(self, index: int, unit: str, verb: str = "used") -> str:

@@ -220,6 +220,20 @@ def _sequence_size(operator: str, left: Any, right: Any) -> int | None:
     return None
 
 
+def _comparison_work(op: str, left: Any, right: Any) -> int:
+    """At most how many characters or items comparing `left` and `right` reads: `x in l`
+    compares x with each item (each comparison reads at most x), `s in t` searches t, and
+    `a == b` reads at most the smaller side."""
+    if op in ("in", "notin"):
+        if isinstance(right, str):
+            return len(right) + (len(left) if isinstance(left, str) else 1)
+        if isinstance(right, list | tuple):
+            return len(right) * (deep_size(left, MAX_VALUE) + 1)
+        return deep_size(left, MAX_VALUE)  # a mapping's key (hashed), a range's number
+    smaller = deep_size(left, MAX_VALUE)
+    return min(smaller, deep_size(right, smaller))
+
+
 def _finalize(value: Any) -> Any:
     """Every `{{ ... }}` before it becomes text: a container's full size is bounded first.
     (A string is already sized; a number has at most MAX_INT_DIGITS digits.)"""
@@ -276,7 +290,8 @@ class _Sandbox(SandboxedEnvironment):
         return self.unop_table[operator](arg)
 
     def metered_concat(self, join: Callable[[Iterable[Any]], str], values: tuple[Any, ...]) -> str:
-        """`a ~ b ~ ...`: the parts' sizes bounded before they are joined."""
+        """`a ~ b ~ ...`: the parts' sizes bounded before they are joined (and the result
+        after: in an `{% autoescape %}` block, joining escapes)."""
         meter = current()
         meter.tick()
         size = 0
@@ -284,19 +299,21 @@ class _Sandbox(SandboxedEnvironment):
             size += deep_size(value, MAX_VALUE - size)
             meter.bound(size)
         meter.charge(size)
-        return join(values)
+        joined = join(values)
+        meter.bound(len(joined))
+        return joined
 
     def metered_compare(self, first: Any, rest: tuple[tuple[str, Any], ...]) -> Any:
-        """`a == b`, `a in b`, `a < b < c`: both sides of each comparison are sized (and
-        charged) first, which bounds its work: `x in l` compares x with each item of l."""
+        """`a == b`, `a in b`, `a < b < c`: the work of each comparison is bounded (and
+        counted) before it runs."""
         meter = current()
         meter.tick()
         left, result = first, True
-        for op, right in rest:
-            size = deep_size(left, MAX_VALUE)
-            size += deep_size(right, MAX_VALUE - size)
-            meter.bound(size)
-            meter.charge(size)
+        for op, given in rest:
+            right = given
+            if op in ("in", "notin") and isinstance(given, Iterator):
+                right = list(given)  # (l|reverse, l|select(...)): sized as the list
+            meter.work(_comparison_work(op, left, right), "a comparison")
             result = _COMPARISONS[op](left, right)
             if not result:
                 return result
