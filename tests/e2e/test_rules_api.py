@@ -121,6 +121,56 @@ def test_a_rule_that_cannot_fire_is_a_422_naming_the_field(api, database_url, ch
         assert conn.execute("select count(*) from rules").fetchone()[0] == 0
 
 
+HOSTILE_CONSTANTS = [
+    "{% set x = (((9**64)**64)**64)**64 %}ok",
+    "{{ 'ab' * 9999999 }}",
+    "{{ ('x' * 200000) ~ ('x' * 200000) }}",
+    "{% for x in context.l recursive %}{{ loop(x) }}{% endfor %}",
+    "{% for x in context.l %}{% for y in x %}{% endfor %}{% endfor %}",
+]
+
+
+@pytest.mark.parametrize("template", HOSTILE_CONSTANTS)
+def test_a_template_that_is_over_its_budget_when_written_is_a_422_invalid_template(
+    api, database_url, template
+):
+    # Given a rule, when it is created or edited with a template whose constants alone
+    # break the budget (or a loop shape that is refused): 422 naming the field
+    payload = {"text": "Hi", "body": {"t": template}}
+    action = {"action_type": "log", "target_key": "guest", "payload": payload}
+    created = api.admin.http.post("/v1/rules", json=event_rule(action=action))
+    rule = create(api, event_rule(name="kept"))
+    edited = api.admin.http.patch(f"/v1/rules/{rule['id']}", json={"action": action})
+    for response in (created, edited):
+        error = error_of(response, 422)
+        assert (error["code"], error["details"]["field"]) == (
+            "invalid_template", "action.payload.body.t")  # fmt: skip
+        assert error["message"].startswith("action.payload.body.t: ")
+    # And nothing was written: the kept rule is as it was
+    assert api.admin.call("GET", f"/v1/rules/{rule['id']}")["revision"] == 1
+    with connect(database_url) as conn:
+        assert conn.execute("select count(*) from rules").fetchone()[0] == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_template_over_its_budget_fails_its_rule_and_the_event_fires_the_others(api):
+    # Given a good rule and one whose template would stall the engine on this event
+    good = create(api, event_rule(name="good"))
+    power = create(api, event_rule(name="power", action={
+        "action_type": "log", "target_key": "guest",
+        "payload": {"text": "{% set x = (((context.n**64)**64)**64)**64 %}ok"}}))  # fmt: skip
+    # When the event comes
+    result = api.admin.call("POST", "/v1/events", json=event(context={
+        "guest": {"name": "Ann"}, "n": 9}))  # fmt: skip
+    # Then the good rule fired, and the other failed with a structured reason
+    assert result["rule_ids"] == [good["id"]]
+    [failed] = result["failed"]
+    reason = "action.payload.text: the template would make a number of more than 4,300 digits"
+    assert (failed["rule_id"], failed["field"], failed["message"]) == (
+        power["id"], "action.payload.text", reason)  # fmt: skip
+    assert api.admin.call("GET", f"/v1/rules/{power['id']}")["last_error"] == reason
+
+
 # ------------------------------------------------------------------------------- events
 
 

@@ -211,6 +211,12 @@ def test_every_move_is_in_the_change_log(api):
         ("/v1/campaigns", {"name": "c", "steps": [step("{% if %}")]},
          "steps[0].action.payload.text"),
         ("/v1/campaigns", {"name": "c", "steps": [
+            step("x"), step("{% set x = (((9**64)**64)**64)**64 %}ok")]},
+         "steps[1].action.payload.text"),
+        ("/v1/campaigns", {"name": "c", "steps": [
+            step("{% for x in data.l recursive %}{{ loop(x) }}{% endfor %}")]},
+         "steps[0].action.payload.text"),
+        ("/v1/campaigns", {"name": "c", "steps": [
             step("x") | {"conditions": [{"path": "nowhere.x", "op": "eq", "value": 1}]}]},
          "steps[0].conditions[0].path"),
     ],
@@ -227,6 +233,25 @@ def test_bad_input_is_a_422_naming_the_field_and_writes_nothing(
             "select (select count(*) from recipients), (select count(*) from campaigns)"
         ).fetchone()
     assert counts == (0, 0)
+
+
+@pytest.mark.timeout(60)
+def test_a_step_over_its_budget_is_skipped_with_the_reason_and_the_next_sent(api):
+    # Given a drip whose first step's template would grow without end on this data
+    put_recipient(api)
+    campaign = api.admin.call("POST", "/v1/campaigns", json={"name": "drip", "steps": [
+        step("{% set s = data.s %}" + "{% set s = s ~ s %}" * 60), step("two")]})  # fmt: skip
+    # When a recipient is enrolled
+    eid = api.admin.call("POST", f"/v1/campaigns/{campaign['id']}/enrollments",
+                         json={"recipient_id": "ann", "data": {"s": "ab"}})["id"]  # fmt: skip
+    # Then the step is skipped with the reason, and the next one is sent
+    wait_for(lambda: len(deliveries(api)) == 1)
+    assert [d["payload"]["text"] for d in deliveries(api)] == ["two"]
+    enrollment = api.admin.call("GET", f"/v1/enrollments/{eid}")
+    assert enrollment["last_error"] == (
+        "step 0 was skipped: action.payload.text: the template would make a value of more"
+        " than 262,144 characters or items"
+    )
 
 
 def test_campaigns_are_listed_in_pages_and_a_tampered_cursor_is_refused(api):

@@ -15,7 +15,7 @@ from tests.conftest import make_workspace
 from tickwork import actions
 from tickwork.db import connect
 from tickwork.errors import InputError, NotFoundError
-from tickwork.rules import entities, store
+from tickwork.rules import entities, metering, store
 from tickwork.rules.events import EventInput, emit_event
 from tickwork.rules.model import ActionTemplate, Rule, RuleInput, Trigger
 from tickwork.rules.store import RuleChanges
@@ -243,6 +243,111 @@ def test_the_snapshot_is_what_the_action_carries_after_the_apps_data_changed(
     ).fetchone()[0]
     assert stored["context"] == {"guest": {"name": "Ann"}}
     assert stored["event"]["entities"] == {"booking": "bk-1", "podcast": "pod-1"}
+
+
+# A rule whose template reads its data and would stall everyone: numbers, strings and loops.
+POWER = {"text": "{% set x = (((context.n ** 64) ** 64) ** 64) ** 64 %}ok"}
+DOUBLING = {"text": "{% set s = context.guest.name %}" + "{% set s = s ~ s %}" * 60}
+SPENDER = {"text": "{% for i in range(1000) %}" + "{{ i }}" * 30 + "{% endfor %}"}
+
+
+@pytest.fixture
+def no_clock(monkeypatch):
+    """Only the counts and sizes stop a template (the CPU budget is made generous), so the
+    test says the same on any machine."""
+    monkeypatch.setattr(metering, "MAX_CPU_SECONDS", 3600.0)
+
+
+def spent(failed: list[Any], label: str, operations: int) -> tuple[int, int, int]:
+    """Failures of renders that shared a budget: how many stopped at their own limit, how
+    many ran at all, and how many did not start (or stopped) because it was spent."""
+    own = f"the template used more than {metering.MAX_OPERATIONS:,} operations"
+    shared = f"{label} used more than {operations:,} operations together"
+    assert all(f.message.endswith((own, shared)) for f in failed), failed
+    stopped = [f for f in failed if "not rendered" not in f.message]
+    return sum(f.message.endswith(own) for f in failed), len(stopped), len(failed) - len(stopped)
+
+
+@pytest.mark.timeout(30)
+def test_a_template_over_its_budget_fails_its_rule_with_the_reason_and_the_others_fire(
+    conn, workspace, settings, now
+):
+    # Given a good rule and three whose templates would grow without end on this event
+    good = make(conn, workspace, settings, now, event_rule("good"))
+    power = make(conn, workspace, settings, now, event_rule("power", payload=POWER))
+    doubling = make(conn, workspace, settings, now, event_rule("doubling", payload=DOUBLING))
+    spender = make(conn, workspace, settings, now, event_rule("spender", payload=SPENDER))
+    # When the event comes
+    result = emit(conn, workspace, settings, now, context={"guest": {"name": "Ann"}, "n": 9})
+    # Then the good rule made its action, and each other failed with what it exceeded
+    assert result.rule_ids == [good]
+    failed = {f.rule_id: (f.field, f.message) for f in result.failed}
+    assert failed == {
+        power: ("action.payload.text", "action.payload.text: the template would make a"
+                " number of more than 4,300 digits"),
+        doubling: ("action.payload.text", "action.payload.text: the template would make a"
+                   " value of more than 262,144 characters or items"),
+        spender: ("action.payload.text", "action.payload.text: the template used more"
+                  " than 20,000 operations"),
+    }  # fmt: skip
+    assert [a.payload for a in rows(conn, workspace)] == [{"text": "Hi Ann"}]
+    # And each failure is recorded on its rule
+    for rule_id, (_, message) in failed.items():
+        assert store.get_rule(conn, workspace, rule_id).last_error == message
+
+
+@pytest.mark.usefixtures("no_clock")
+def test_the_rules_of_one_event_share_one_render_budget(conn, workspace, settings, now):
+    # Given more rules on one event than its budget renders in full
+    spenders = [make(conn, workspace, settings, now, event_rule(f"r{i}", payload=SPENDER))
+                for i in range(metering.FEW_RENDERS + 2)]  # fmt: skip
+    # When the event comes
+    result = emit(conn, workspace, settings, now)
+    # Then the first ones stop at their own limit, and once the event's budget is spent
+    # the others are not rendered at all: the event costs at most FEW_RENDERS renders
+    own, rendered, shared = spent(result.failed, "the templates of this event", 100_000)
+    assert metering.FEW_RENDERS - 1 <= own <= rendered <= metering.FEW_RENDERS
+    assert rendered + shared == len(spenders)
+    assert {f.rule_id for f in result.failed} == set(spenders)
+    assert rows(conn, workspace) == []
+
+
+@pytest.mark.timeout(30)
+def test_a_time_rule_over_its_budget_fails_for_that_entity_and_the_others_are_made(
+    conn, workspace, settings, now
+):
+    good = make(conn, workspace, settings, now, time_rule("good", -HOUR))
+    power = make(conn, workspace, settings, now, time_rule("power", -2 * HOUR, payload=POWER))
+    start = (now + timedelta(days=3)).isoformat()
+    put_result = put(conn, workspace, settings, now, {"start": start},
+                     context={"guest": {"name": "Ann"}, "n": 9})  # fmt: skip
+    [made] = put_result.result.created
+    assert made.rule_id == good
+    [failed] = put_result.result.failed
+    assert (failed.rule_id, failed.field) == (power, "action.payload.text")
+    assert "a number of more than 4,300 digits" in failed.message
+    assert len(live(conn, workspace)) == 1
+
+
+@pytest.mark.usefixtures("no_clock")
+def test_a_time_rule_written_over_many_entities_costs_one_bounded_budget(
+    conn, workspace, settings, now
+):
+    # Given more entities than a rule write renders in full
+    start = (now + timedelta(days=3)).isoformat()
+    entity_count = metering.MANY_RENDERS + 3
+    for i in range(entity_count):
+        put(conn, workspace, settings, now, {"start": start}, entity_id=f"bk-{i}")
+    # When a time rule whose template spends a whole render is written
+    written = store.create_rule(conn, workspace, time_rule("spender", -HOUR, payload=SPENDER),
+                                settings, now)  # fmt: skip
+    # Then at most MANY_RENDERS entities were rendered, and the others failed at once
+    own, rendered, shared = spent(
+        written.result.failed, "this rule's templates in this request", 400_000
+    )
+    assert metering.MANY_RENDERS - 1 <= own <= rendered <= metering.MANY_RENDERS
+    assert rendered + shared == entity_count
+    assert rows(conn, workspace) == []
 
 
 # -------------------------------------------------------------------------------- dates

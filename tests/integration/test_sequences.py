@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from psycopg.types.json import Jsonb
 
+from tests.conftest import make_workspace
 from tests.sequence_helpers import (
     action_row,
     campaign,
@@ -22,6 +24,8 @@ from tests.sequence_helpers import (
 )
 from tickwork import actions
 from tickwork.db import connect
+from tickwork.rules import metering
+from tickwork.rules.templating import JsonTemplate
 from tickwork.runtime import Runtime
 from tickwork.sequences.store import (
     advance_ready,
@@ -275,3 +279,110 @@ def test_two_clients_enrolling_the_same_recipient_at_once_make_one_enrollment(
     assert sorted(r.created for r in results) == [False, False, False, True]
     assert len({r.enrollment.id for r in results}) == 1
     assert conn.execute("select count(*) from scheduled_actions").fetchone() == (1,)
+
+
+# ------------------------------------------------------------------- template budgets
+
+POWER = "{% set x = (((data.n ** 64) ** 64) ** 64) ** 64 %}b"
+SPENDER = "{% for i in range(1000) %}" + "{{ i }}" * 30 + "{% endfor %}"
+
+
+@pytest.fixture
+def no_clock(monkeypatch):
+    """Only the counts and sizes stop a template (the CPU budget is made generous)."""
+    monkeypatch.setattr(metering, "MAX_CPU_SECONDS", 3600.0)
+
+
+@pytest.fixture
+def renders(monkeypatch) -> Counter[str]:
+    """How many times each template field was rendered."""
+    counted: Counter[str] = Counter()
+    real = JsonTemplate.render
+
+    def render(self, context, budget=None):
+        counted[self.field] += 1
+        return real(self, context, budget)
+
+    monkeypatch.setattr(JsonTemplate, "render", render)
+    return counted
+
+
+@pytest.mark.timeout(30)
+def test_a_step_over_its_budget_is_skipped_once_with_the_reason_and_the_next_made(
+    conn, workspace, engine, now, renders
+):
+    # Given a drip whose middle step's template would grow without end on this data
+    recipient(conn, engine, workspace)
+    drip = campaign(conn, engine, workspace, [sms_step("a"), sms_step(POWER), sms_step("c")])
+    eid = enroll(conn, workspace, drip, "ann", {"n": 9}, engine.settings, now).enrollment.id
+    [(_, a)] = enrollment_actions(conn, eid)
+    # When its time comes and the advance pass makes the next step
+    let_time_come(conn, engine, [a.id], "sms")
+    renders.clear()
+    advance_ready(conn, engine.settings, datetime.now(UTC))
+    # Then the step was rendered once, skipped with the reason, and the next one made
+    assert [i for i, _ in enrollment_actions(conn, eid)] == [0, 2]
+    assert get_enrollment(conn, workspace, eid).last_error == (
+        "step 1 was skipped: action.payload.text: the template would make a number of more"
+        " than 4,300 digits"
+    )
+    assert renders == {"action.target_key": 2, "action.payload": 2}  # steps 1 and 2
+    # And later passes never render it again
+    renders.clear()
+    for _ in range(3):
+        advance_ready(conn, engine.settings, datetime.now(UTC))
+    assert renders == {}
+
+
+@pytest.mark.usefixtures("no_clock")
+def test_a_workspaces_steps_in_one_pass_share_a_budget_and_another_workspaces_are_made(
+    conn, workspace, engine, now
+):
+    # Given more enrollments whose next step spends a whole render than a pass renders in
+    # full for one workspace, and another workspace's ordinary drip, all ready at once
+    count = metering.MANY_RENDERS + 3
+    drip = campaign(conn, engine, workspace, [sms_step("a"), sms_step(SPENDER)])
+    ids = []
+    for i in range(count):
+        recipient(conn, engine, workspace, f"r{i}")
+        ids.append(enroll(conn, workspace, drip, f"r{i}", {}, engine.settings, now).enrollment.id)
+    other = make_workspace(conn, "Other")
+    recipient(conn, engine, other, "bea")
+    theirs = campaign(conn, engine, other, [sms_step("a"), sms_step("b {{ data.x }}")])
+    bea = enroll(conn, other, theirs, "bea", {"x": 1}, engine.settings, now).enrollment.id
+    firsts = [a.id for e in [*ids, bea] for _, a in enrollment_actions(conn, e)]
+    let_time_come(conn, engine, firsts, "sms")
+    # When one advance pass runs
+    advance_ready(conn, engine.settings, datetime.now(UTC))
+    # Then the first workspace's steps were rendered until its budget for the pass was
+    # spent, and the rest skipped at once with the reason
+    errors = [get_enrollment(conn, workspace, e).last_error or "" for e in ids]
+    own = "the template used more than 20,000 operations"
+    shared = "this workspace's drip steps in this pass used more than 400,000 operations"
+    assert all(e.startswith("step 1 was skipped: ") for e in errors), errors
+    assert metering.MANY_RENDERS - 1 <= sum(own in e for e in errors) <= metering.MANY_RENDERS
+    assert sum(shared in e for e in errors) >= count - metering.MANY_RENDERS
+    assert sum("not rendered" in e for e in errors) >= 2
+    # And the other workspace's step was made as usual
+    assert [i for i, _ in enrollment_actions(conn, bea)] == [0, 1]
+    assert enrollment_actions(conn, bea)[1][1].payload == {"text": "b 1"}
+
+
+def test_a_stored_step_that_no_longer_compiles_is_skipped_not_retried(conn, workspace, engine, now):
+    # Given a campaign stored before the sandbox refused recursive loops
+    recipient(conn, engine, workspace)
+    drip = campaign(conn, engine, workspace, [sms_step("a"), sms_step("b")])
+    recursive = "{% for x in data.l recursive %}{{ loop(x) }}{% endfor %}"
+    conn.execute(
+        "update campaigns set steps = jsonb_set(steps, '{0,action,payload,text}', %s)"
+        " where id = %s",
+        (Jsonb(recursive), drip),
+    )
+    # When a recipient is enrolled
+    enrolled = enroll(conn, workspace, drip, "ann", {"l": [1]}, engine.settings, now)
+    # Then the step is skipped with the reason and the next one made
+    eid = enrolled.enrollment.id
+    assert [i for i, _ in enrollment_actions(conn, eid)] == [1]
+    assert get_enrollment(conn, workspace, eid).last_error == (
+        "step 0 was skipped: action.payload.text: recursive loops are not available in templates"
+    )

@@ -27,6 +27,7 @@ from tickwork.db import Connection
 from tickwork.errors import InputError, PayloadTooLargeError
 from tickwork.quotas import Limits
 from tickwork.rules.conditions import first_failing, parse_conditions
+from tickwork.rules.metering import FEW_RENDERS, RenderBudget
 from tickwork.rules.model import (
     EVENT_ROOTS,
     EVENT_TYPE,
@@ -151,7 +152,9 @@ def emit_event(
     limits: Limits | None = None,
 ) -> ProduceResult:
     """Fire every enabled rule on the event's type, each in its own savepoint: one rule's
-    failure (a template that meets a missing field) is reported, the others still fire.
+    failure (a template that meets a missing field, or exceeds its budget) is reported,
+    the others still fire. The rules' renders share one budget, so an event costs a
+    bounded time however many rules it matches; rules past it fail with the reason.
     Raises InputError only for an event that is itself invalid, or QuotaExceededError,
     before anything is written, when more rules would fire than one event may make actions
     (`limits`: the workspace's quotas; default: the stack's, from `settings`)."""
@@ -167,6 +170,7 @@ def emit_event(
             would_fire = sum(_would_fire(rule, valid) for rule in rules)
             quotas.check_event_actions(would_fire, valid.type, cap)
         result = ProduceResult()
+        budget = RenderBudget.of("the templates of this event", FEW_RENDERS)
         for rule in rules:
             try:
                 compiled = rule.compiled()
@@ -177,6 +181,6 @@ def emit_event(
                 compiled, "event", event_key(rule.id, valid.type, valid.entities, day),
                 event_context(valid, rule.id, rule.name), now,
             )  # fmt: skip
-            collect(result, fire(conn, workspace_id, firing, settings, now, created_by))
+            collect(result, fire(conn, workspace_id, firing, settings, now, created_by, budget))
     emit_metrics("event", result)
     return result

@@ -31,6 +31,7 @@ from tickwork.db import Connection
 from tickwork.errors import ConflictError, InputError
 from tickwork.observability import emit, logger
 from tickwork.rules.conditions import first_failing
+from tickwork.rules.metering import FEW_RENDERS, RenderBudget
 from tickwork.rules.model import (
     PRODUCER_CANCELS,
     SOURCE,
@@ -124,9 +125,11 @@ def fire(
     settings: Settings,
     now: datetime,
     created_by: str | None,
+    budget: RenderBudget | None = None,
 ) -> Fired | Skipped | Failed:
     """Make the action of one firing, or say why not; never raises for the rule's own
-    problems (a condition, a template, a value the action type refuses)."""
+    problems (a condition, a template, a value the action type refuses). Its renders draw
+    on `budget`, shared with the other firings of the same unit of work."""
     compiled, rule = firing.rule, firing.rule.rule
     why_not = first_failing(compiled.conditions, firing.context)
     if why_not is not None:
@@ -139,9 +142,11 @@ def fire(
     if gated is not None:
         return gated
     try:
-        target = compiled.target.render(firing.context)
-        payload = compiled.payload.render(firing.context)
-        recipient = compiled.recipient.render(firing.context) if compiled.recipient else None
+        target = compiled.target.render(firing.context, budget)
+        payload = compiled.payload.render(firing.context, budget)
+        recipient = (
+            compiled.recipient.render(firing.context, budget) if compiled.recipient else None
+        )
     except RenderError as exc:
         record_failure(conn, rule, exc.message)
         return Failed(rule.id, rule.name, exc.field, exc.message)
@@ -247,13 +252,17 @@ def sync_entity(
     settings: Settings,
     now: datetime,
     created_by: str | None,
+    budget: RenderBudget | None = None,
 ) -> ProduceResult:
     """Bring one entity's rows of `rules` in step with its dates: rows at a date or offset
     that moved are cancelled and made again with lineage, rows no longer wanted are
     withdrawn, missing ones are made. `live` are the entity's active rows of the rules
     concerned (rows of rules not in `rules` are withdrawn). A row already made for the
-    same key stays as it is, context and all: its snapshot is what it sends."""
+    same key stays as it is, context and all: its snapshot is what it sends. The rules'
+    renders share `budget` (by default, a few renders' worth for this entity)."""
     result = ProduceResult()
+    if budget is None:
+        budget = RenderBudget.of("the time rules of this entity", FEW_RENDERS)
     wanted: dict[UUID, tuple[Rule, datetime, datetime, str]] = {}
     for rule in rules:
         if entity is None or rule.entity_type != entity.entity_type:
@@ -297,7 +306,7 @@ def sync_entity(
             reference=rule.reference, reference_at=reference_at,
             rescheduled_from=lineage.get(rule_id),
         )  # fmt: skip
-        collect(result, fire(conn, workspace_id, firing, settings, now, created_by))
+        collect(result, fire(conn, workspace_id, firing, settings, now, created_by, budget))
     return result
 
 

@@ -26,6 +26,7 @@ from tickwork.db import Connection, storable
 from tickwork.errors import InputError, NotFoundError
 from tickwork.quotas import Limits
 from tickwork.rules.entities import load_entity
+from tickwork.rules.metering import MANY_RENDERS, RenderBudget
 from tickwork.rules.model import (
     WITHDRAWN,
     ActionTemplate,
@@ -110,6 +111,9 @@ def _sync(
               "entity_type": rule.entity_type, "reference": rule.reference}  # fmt: skip
     with conn.cursor(row_factory=dict_row) as cur:
         entities = cur.execute(_ENTITIES_FOR_RULE, params).fetchall()
+    # Rendered for every entity of its type: one budget for them all, so writing a rule
+    # costs a bounded time (entities past it fail with the reason, as a render would).
+    budget = RenderBudget.of("this rule's templates in this request", MANY_RENDERS)
     for found in entities:
         entity = load_entity(conn, rule.workspace_id, found)
         key = {"workspace_id": rule.workspace_id, "entity_type": entity.entity_type,
@@ -117,7 +121,7 @@ def _sync(
         live = [r for r in rule_rows(conn, _LIVE_OF_ENTITY, key) if r.rule_id == rule.id]
         result.add(
             sync_entity(conn, rule.workspace_id, entity.state(), [rule], live, settings, now,
-                        user)
+                        user, budget)
         )  # fmt: skip
     return result
 

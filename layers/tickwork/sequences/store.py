@@ -38,6 +38,7 @@ from tickwork.observability import emit, logger
 from tickwork.recipients.model import check_recipient_id
 from tickwork.recipients.store import find_recipient
 from tickwork.rules.events import has_nul
+from tickwork.rules.metering import FEW_RENDERS, MANY_RENDERS, RenderBudget
 from tickwork.rules.templating import RenderError
 from tickwork.sequences.model import (
     EXITED,
@@ -197,15 +198,15 @@ def enroll(
 
 def _make_step(
     conn: Connection, enrollment: Enrollment, campaign: Campaign, index: int, base: datetime,
-    settings: Settings, now: datetime, created_by: str | None,
+    settings: Settings, now: datetime, created_by: str | None, budget: RenderBudget,
 ) -> Action | None:  # fmt: skip
     """The row of step `index` (the enrollment already points at it), or None when the
-    step cannot be made: then the reason is recorded and the enrollment moves on."""
+    step cannot be made: then the reason is recorded and the enrollment moves on (a step
+    whose template fails, or exceeds its budget, is rendered once, never again)."""
     step = campaign.steps[index]
     recipient = find_recipient(conn, enrollment.workspace_id, enrollment.recipient_id)
     timezone = recipient.timezone if recipient else "UTC"
     at = max(step_time(step, enrollment.starts_at, base, zone(timezone)), now)
-    target_t, payload_t = step.templates()
     ctx = context(
         enrollment.id,
         enrollment.campaign_id,
@@ -215,8 +216,11 @@ def _make_step(
         index,
     )
     try:
-        target = target_t.render(ctx)
-        payload = payload_t.render(ctx)
+        # Stored steps were checked when written; one the sandbox has since grown stricter
+        # about no longer compiles: skipped with the reason like any other failure.
+        target_t, payload_t = step.templates()
+        target = target_t.render(ctx, budget)
+        payload = payload_t.render(ctx, budget)
         new = NewAction(
             action_type=step.action_type, target_key=target, publish_at=at, payload=payload,
             dedupe_key=dedupe_key(enrollment.id, index), source=SOURCE, created_by=created_by,
@@ -396,13 +400,19 @@ class AdvanceSummary:
 def _place(
     conn: Connection, enrollment: Enrollment, campaign: Campaign, base: datetime,
     settings: Settings, now: datetime, created_by: str | None,
+    budget: RenderBudget | None = None,
 ) -> Action | None:  # fmt: skip
     """Make the row of the step the enrollment points at; a step that cannot be made is
     skipped (its reason in `last_error`) for the next, and past the last step the
-    enrollment completes."""
+    enrollment completes. The steps' renders share `budget` (by default, a few renders'
+    worth for this enrollment), so a campaign of failing steps costs a bounded time."""
+    if budget is None:
+        budget = RenderBudget.of("the steps of this enrollment", FEW_RENDERS)
     while True:
         index = enrollment.current_step
-        made = _make_step(conn, enrollment, campaign, index, base, settings, now, created_by)
+        made = _make_step(
+            conn, enrollment, campaign, index, base, settings, now, created_by, budget
+        )
         if made is not None:
             return made
         params = {"id": enrollment.id, "old_step": index, "new_step": index + 1,
@@ -420,10 +430,12 @@ def _place(
 def advance(
     conn: Connection, enrollment_id: UUID, action_id: UUID, done_at: datetime,
     settings: Settings, now: datetime, summary: AdvanceSummary | None = None,
+    budgets: dict[UUID, RenderBudget] | None = None,
 ) -> Action | None:  # fmt: skip
     """Move an enrollment on from the step whose row `action_id` was published or cancelled
     at `done_at`: make the next step's row, or complete it. An advancer that finds the
-    enrollment elsewhere (another advancer was first, it exited) changes nothing."""
+    enrollment elsewhere (another advancer was first, it exited) changes nothing.
+    `budgets` holds one render budget per workspace for a pass over many enrollments."""
     summary = summary if summary is not None else AdvanceSummary()
     summary.enrollments += 1
     enrollment = _load(conn, None, enrollment_id)
@@ -458,7 +470,15 @@ def advance(
         if moved is None:
             summary.lost += 1
             return None
-        made = _place(conn, enrollment_from_row(moved), campaign, done_at, settings, now, None)
+        budget = None
+        if budgets is not None:
+            budget = budgets.setdefault(
+                enrollment.workspace_id,
+                RenderBudget.of("this workspace's drip steps in this pass", MANY_RENDERS),
+            )
+        made = _place(
+            conn, enrollment_from_row(moved), campaign, done_at, settings, now, None, budget
+        )
     summary.advanced += 1
     if made is not None:
         summary.made.append(made.id)
@@ -469,11 +489,15 @@ def advance_ready(
     conn: Connection, settings: Settings, now: datetime, *, limit: int = 500
 ) -> AdvanceSummary:
     """The advance pass: every step published or cancelled since the last pass moves its
-    enrollment on. Concurrent passes are safe (the optimistic lock and the dedupe key)."""
+    enrollment on. Concurrent passes are safe (the optimistic lock and the dedupe key).
+    Each workspace's step templates share one render budget in a pass: a tenant's
+    templates cannot hold up the others' steps for more than that (its steps past it are
+    skipped with the reason)."""
     summary = AdvanceSummary()
+    budgets: dict[UUID, RenderBudget] = {}
     for action_id, enrollment_id, _, done_at in conn.execute(_READY, {"limit": limit}).fetchall():
         try:
-            advance(conn, enrollment_id, action_id, done_at, settings, now, summary)
+            advance(conn, enrollment_id, action_id, done_at, settings, now, summary, budgets)
             conn.execute(_MARK_ADVANCED, {"action_id": action_id})
         except Exception:
             summary.errors += 1
