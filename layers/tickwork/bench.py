@@ -311,14 +311,21 @@ def late_behind_stalls(
     return len(overdue), behind
 
 
-def prepare_database(admin_url: str) -> str:
+def prepare_database(admin_url: str, name: str = BENCH_DATABASE) -> str:
+    """A migrated database `name`, made afresh on the server of `admin_url`."""
+    drop_database(admin_url, name)
     with psycopg.connect(admin_url, autocommit=True) as admin:
-        name = sql.Identifier(BENCH_DATABASE)
-        admin.execute(sql.SQL("drop database if exists {} with (force)").format(name))
-        admin.execute(sql.SQL("create database {}").format(name))
-    url = with_database(admin_url, BENCH_DATABASE)
+        admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    url = with_database(admin_url, name)
     migrate.migrate(url)
     return url
+
+
+def drop_database(admin_url: str, name: str = BENCH_DATABASE) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
+        )
 
 
 def reset(conn: Connection) -> Any:
@@ -767,12 +774,7 @@ def finish(admin_url: str, server: EmbeddedPostgres | None, cpu_at_start: list[i
     if steal is not None:
         print(f"CPU steal over the run: {steal:.1%} of the machine's CPU time (the host's"
               " other guests had it)")  # fmt: skip
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("drop database if exists {} with (force)").format(
-                sql.Identifier(BENCH_DATABASE)
-            )
-        )
+    drop_database(admin_url)
     if server is not None:
         server.stop()
     return 0

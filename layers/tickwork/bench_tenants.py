@@ -35,18 +35,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import uuid4
 
 import httpx
-import psycopg
-from psycopg import sql
 
-from tickwork import migrate, quotas, workspaces
+from tickwork import quotas, workspaces
+from tickwork.bench import drop_database, prepare_database
 from tickwork.config import Settings
 from tickwork.db import connect
 from tickwork.local.auth import LocalJwt
-from tickwork.local.embedded import EmbeddedPostgres, with_database
+from tickwork.local.embedded import EmbeddedPostgres
 from tickwork.local.receiver import ReceivedWebhook
 from tickwork.local.runner import LocalRuntime, quiet_powertools
 from tickwork.wallclock import utcnow
@@ -55,8 +54,8 @@ from tickwork.wallclock import utcnow
 BENCH_DATABASE = f"tickwork_bench_tenants_{os.getpid()}"
 PHASES = ("alone", "template", "burst")
 HOSTILE_TEMPLATE = "{% set x = (((context.n ** 64) ** 64) ** 64) ** 64 %}ok"
-BURST_RULES = 1000
-BURST_EVENTS = 8
+BURST_RULES = 1000  # webhook rules on the burst's event type
+BURST_EVENTS = 8  # events of the burst, fired back to back
 QUIET_RATE = 5.0  # quiet workspace's schedule-and-list rounds per second
 QUIET_LEAD = 2.0  # seconds between scheduling a quiet webhook and its due time
 # Operator limits for the hostile workspace, so its burst is not refused by the caps.
@@ -89,7 +88,32 @@ class PhaseResult:
     api: list[float] = field(default_factory=list)  # quiet API answer times, seconds
     lateness: list[float] = field(default_factory=list)  # quiet webhooks, seconds
     expected: int = 0  # quiet webhooks scheduled
-    hostile: list[str] = field(default_factory=list)  # what the hostile calls came to
+    events: list[HostileEvent] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # anything else worth saying
+
+
+class HostileEvent(NamedTuple):
+    """One of the hostile workspace's events: its answer's status and time, and what it
+    came to."""
+
+    kind: str
+    status: int
+    seconds: float
+    number: int | None  # rules failed (template), actions made (burst)
+
+    def __str__(self) -> str:
+        what = "rules failed" if self.kind == "template" else "actions made"
+        return f"{self.kind} event: {self.status} in {self.seconds:.2f} s, {self.number} {what}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    seconds: float = 20.0  # each phase
+    rounds: int = 3
+    phases: tuple[str, ...] = PHASES
+    burst_rules: int = BURST_RULES
+    burst_events: int = BURST_EVENTS
+    timeout: float = 60.0  # the API clients'
 
 
 class Client:
@@ -161,14 +185,14 @@ def quiet_load(client: Client, stop: threading.Event, result: PhaseResult) -> No
         if status == 201:
             result.expected += 1
         else:
-            result.hostile.append(f"quiet schedule answered {status}: {body}")
+            result.notes.append(f"quiet schedule answered {status}: {body}")
         _, took, _ = client.call("GET", "/v1/actions", params={"limit": 20})
         result.api.append(took)
         next_at += interval
         stop.wait(max(0.0, next_at - time.monotonic()))
 
 
-def template_attack(client: Client, stop: threading.Event, result: PhaseResult) -> None:
+def template_attack(client: Client, stop: threading.Event, result: PhaseResult, plan: Plan) -> None:
     """An event whose rule renders the hostile template, every second."""
     for n in itertools.count():
         if stop.is_set():
@@ -177,25 +201,25 @@ def template_attack(client: Client, stop: threading.Event, result: PhaseResult) 
             "type": "hostile.template", "entities": {"probe": f"t-{uuid4().hex[:8]}-{n}"},
             "context": {"n": 9},
         })  # fmt: skip
-        failed = len(body.get("failed", [])) if isinstance(body, dict) else "?"
-        result.hostile.append(f"template event: {status} in {took:.2f} s, {failed} rule failed")
+        failed = len(body.get("failed", [])) if isinstance(body, dict) else None
+        result.events.append(HostileEvent("template", status, took, failed))
         stop.wait(1.0)
 
 
-def burst_attack(client: Client, stop: threading.Event, result: PhaseResult) -> None:
-    """After a second, BURST_EVENTS events each matched by BURST_RULES webhook rules."""
+def burst_attack(client: Client, stop: threading.Event, result: PhaseResult, plan: Plan) -> None:
+    """After a second, `plan.burst_events` events, each matched by the burst's rules."""
     if stop.wait(1.0):
         return
     run = uuid4().hex[:8]
-    for n in range(BURST_EVENTS):
+    for n in range(plan.burst_events):
         status, took, body = client.call("POST", "/v1/events", json={
             "type": "hostile.burst", "entities": {"booking": f"{run}-{n}"}, "context": {},
         })  # fmt: skip
-        made = body.get("executions_created") if isinstance(body, dict) else body
-        result.hostile.append(f"burst event: {status} in {took:.2f} s, {made} actions made")
+        made = body.get("executions_created") if isinstance(body, dict) else None
+        result.events.append(HostileEvent("burst", status, took, made))
 
 
-ATTACKS: dict[str, Callable[[Client, threading.Event, PhaseResult], None] | None] = {
+ATTACKS: dict[str, Callable[[Client, threading.Event, PhaseResult, Plan], None] | None] = {
     "alone": None,
     "template": template_attack,
     "burst": burst_attack,
@@ -218,7 +242,7 @@ def wait_drained(local: LocalRuntime, url: str, timeout: float) -> bool:
 
 
 def run_phase(
-    phase: str, seconds: float, local: LocalRuntime, url: str, quiet: Client, hostile: Client,
+    phase: str, plan: Plan, local: LocalRuntime, url: str, quiet: Client, hostile: Client,
     arrivals: Arrivals,
 ) -> PhaseResult:  # fmt: skip
     result = PhaseResult(phase)
@@ -228,10 +252,12 @@ def run_phase(
     threads = [threading.Thread(target=quiet_load, args=(quiet, stop, result), daemon=True)]
     attack = ATTACKS[phase]
     if attack is not None:
-        threads.append(threading.Thread(target=attack, args=(hostile, stop, result), daemon=True))
+        threads.append(
+            threading.Thread(target=attack, args=(hostile, stop, result, plan), daemon=True)
+        )
     for thread in threads:
         thread.start()
-    time.sleep(seconds)
+    time.sleep(plan.seconds)
     stop.set()
     for thread in threads:
         thread.join()
@@ -246,11 +272,11 @@ def run_phase(
     with arrivals.lock:
         result.lateness = list(arrivals.lateness.values())
     if not wait_drained(local, url, 300):
-        result.hostile.append("the hostile backlog had not drained after 300 s")
+        result.notes.append("the hostile backlog had not drained after 300 s")
     return result
 
 
-def setup(local: LocalRuntime, jwt: LocalJwt, url: str, timeout: float) -> tuple[Client, Client]:
+def setup(local: LocalRuntime, jwt: LocalJwt, url: str, plan: Plan) -> tuple[Client, Client]:
     conn = local.runtime.db.connection()
     quiet_id, _ = workspaces.ensure(conn, "Quiet")
     hostile_id, _ = workspaces.ensure(conn, "Hostile")
@@ -258,8 +284,8 @@ def setup(local: LocalRuntime, jwt: LocalJwt, url: str, timeout: float) -> tuple
     workspaces.add_member(conn, hostile_id, "mallory", "admin")
     print(raise_limits(url, hostile_id, local.settings))
     base = local.api.url
-    quiet = Client(base, jwt.sign("quinn"), str(quiet_id), timeout)
-    hostile = Client(base, jwt.sign("mallory"), str(hostile_id), timeout)
+    quiet = Client(base, jwt.sign("quinn"), str(quiet_id), plan.timeout)
+    hostile = Client(base, jwt.sign("mallory"), str(hostile_id), plan.timeout)
     status, _, body = hostile.call("POST", "/v1/rules", json={
         "name": "hostile template", "trigger": {"type": "event", "event": "hostile.template"},
         "action": {"action_type": "webhook", "target_key": "primary",
@@ -267,7 +293,7 @@ def setup(local: LocalRuntime, jwt: LocalJwt, url: str, timeout: float) -> tuple
     })  # fmt: skip
     print(f"hostile template rule: {status}" + ("" if status == 201 else f" {body}"))
     made = 0
-    for n in range(BURST_RULES):
+    for n in range(plan.burst_rules):
         status, _, body = hostile.call("POST", "/v1/rules", json={
             "name": f"burst {n}", "trigger": {"type": "event", "event": "hostile.burst"},
             "action": {"action_type": "webhook", "target_key": "primary",
@@ -281,51 +307,56 @@ def setup(local: LocalRuntime, jwt: LocalJwt, url: str, timeout: float) -> tuple
     return quiet, hostile
 
 
+def run(url: str, plan: Plan) -> dict[str, list[PhaseResult]]:
+    """The plan's rounds of phases on the migrated database at `url`."""
+    jwt = LocalJwt(Path(tempfile.mkdtemp()) / "jwt-secret")
+    arrivals = Arrivals()
+    local = LocalRuntime(url, Settings(), jwt=jwt, on_delivery=arrivals, tick_process=True)
+    results: dict[str, list[PhaseResult]] = defaultdict(list)
+    with local:
+        quiet, hostile = setup(local, jwt, url, plan)
+        for round_number in range(1, plan.rounds + 1):
+            for phase in plan.phases:
+                result = run_phase(phase, plan, local, url, quiet, hostile, arrivals)
+                results[phase].append(result)
+                print(f"round {round_number}, {phase}: quiet API {summary(result.api)};"
+                      f" quiet webhooks late {summary(result.lateness)},"
+                      f" {len(result.lateness)} of {result.expected} arrived")  # fmt: skip
+                for line in [*map(str, result.events), *result.notes]:
+                    print(f"    {line}")
+    return results
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tickwork-bench-tenants", description=__doc__)
-    parser.add_argument("--seconds", type=float, default=20.0, help="length of each phase")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the phases")
+    parser.add_argument("--seconds", type=float, default=Plan.seconds, help="each phase")
+    parser.add_argument("--rounds", type=int, default=Plan.rounds, help="rounds of the phases")
     parser.add_argument(
         "--phases",
         default=",".join(PHASES),
         help=f"comma-separated, in order each round: {', '.join(PHASES)}",
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="API client timeout")
+    parser.add_argument("--burst-rules", type=int, default=BURST_RULES)
+    parser.add_argument("--burst-events", type=int, default=BURST_EVENTS)
+    parser.add_argument("--timeout", type=float, default=Plan.timeout, help="API clients'")
     args = parser.parse_args(argv)
-    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
     unknown = sorted(set(phases) - set(PHASES))
     if unknown:
         parser.error(f"unknown phases: {', '.join(unknown)}")
+    plan = Plan(args.seconds, args.rounds, phases, args.burst_rules, args.burst_events,
+                args.timeout)  # fmt: skip
     quiet_powertools()
     admin_url = os.environ.get("DATABASE_URL")
     server = None
     if not admin_url:
         server = EmbeddedPostgres(Path(tempfile.mkdtemp()) / "pgdata", delete_on_exit=True)
         admin_url = server.url()
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        name = sql.Identifier(BENCH_DATABASE)
-        admin.execute(sql.SQL("drop database if exists {} with (force)").format(name))
-        admin.execute(sql.SQL("create database {}").format(name))
-    url = with_database(admin_url, BENCH_DATABASE)
-    migrate.migrate(url)
-    jwt = LocalJwt(Path(tempfile.mkdtemp()) / "jwt-secret")
-    arrivals = Arrivals()
-    local = LocalRuntime(url, Settings(), jwt=jwt, on_delivery=arrivals, tick_process=True)
-    results: dict[str, list[PhaseResult]] = defaultdict(list)
-    load = os.getloadavg()[0]
-    print(f"tickwork bench-tenants, {os.cpu_count()} CPUs, {args.rounds} rounds of"
-          f" {', '.join(phases)}, {args.seconds:g} s each; load {load:.2f}")  # fmt: skip
-    with local:
-        quiet, hostile = setup(local, jwt, url, args.timeout)
-        for round_number in range(1, args.rounds + 1):
-            for phase in phases:
-                result = run_phase(phase, args.seconds, local, url, quiet, hostile, arrivals)
-                results[phase].append(result)
-                print(f"round {round_number}, {phase}: quiet API {summary(result.api)};"
-                      f" quiet webhooks late {summary(result.lateness)},"
-                      f" {len(result.lateness)} of {result.expected} arrived")  # fmt: skip
-                for line in sorted(set(result.hostile)):
-                    print(f"    {line}")
+    url = prepare_database(admin_url, BENCH_DATABASE)
+    print(f"tickwork bench-tenants, {os.cpu_count()} CPUs, {plan.rounds} rounds of"
+          f" {', '.join(phases)}, {plan.seconds:g} s each;"
+          f" load {os.getloadavg()[0]:.2f}")  # fmt: skip
+    results = run(url, plan)
     print("\nall rounds, the quiet workspace:")
     print("| phase | API answer p50 / p99 / max | webhook lateness p50 / p99 / max |")
     print("|---|---|---|")
@@ -335,12 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         arrived = sum(len(r.lateness) for r in results[phase])
         expected = sum(r.expected for r in results[phase])
         print(f"| {phase} | {triple(api)} | {triple(late)} ({arrived:,} of {expected:,}) |")
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("drop database if exists {} with (force)").format(
-                sql.Identifier(BENCH_DATABASE)
-            )
-        )
+    drop_database(admin_url, BENCH_DATABASE)
     if server is not None:
         server.stop()
     return 0

@@ -1,9 +1,10 @@
 """The benchmark's own scenarios, small: the floor publishes every row through the engine's
-statements, and the scale check builds its table and times every operation."""
+statements, the scale check builds its table and times every operation, and the tenants'
+bench runs each phase and times every quiet webhook."""
 
 from __future__ import annotations
 
-from tickwork import bench, bench_scale, rollup
+from tickwork import bench, bench_scale, bench_tenants, rollup
 from tickwork.db import connect
 
 
@@ -75,3 +76,24 @@ def test_a_burst_through_the_runtime_fires_each_row_once_from_a_triggered_tick(d
         assert result["wal_bytes"] > 400 * 3 * 50
         # And the tick's own CPU is reported when it ran in a process of its own
         assert (result["tick_cpu"] is not None) == tick_process
+
+
+def test_the_tenants_bench_runs_each_phase_and_times_every_quiet_webhook(database_url):
+    # Given a small plan: one short round of each phase, a burst of 2 events x 3 rules
+    plan = bench_tenants.Plan(seconds=1.0, rounds=1, burst_rules=3, burst_events=2)
+    results = bench_tenants.run(database_url, plan)
+    # Then every phase ran once, the quiet workspace's calls were answered and every
+    # webhook it scheduled arrived and was timed
+    assert sorted(results) == sorted(bench_tenants.PHASES)
+    for [phase] in results.values():
+        assert phase.expected > 0
+        assert len(phase.lateness) == phase.expected
+        assert len(phase.api) == 2 * phase.expected
+        assert phase.notes == []
+    # And the hostile template failed its rule while its event was answered; each burst
+    # event made one action per rule
+    [alone], [template], [burst] = (results[p] for p in ("alone", "template", "burst"))
+    assert alone.events == []
+    assert template.events
+    assert all((e.status, e.number) == (200, 1) for e in template.events)
+    assert [(e.status, e.number) for e in burst.events] == [(200, 3), (200, 3)]
