@@ -48,6 +48,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	PYTHONPATH=. $(BIN)/lint-imports
 	@for fn in functions/*/app.py; do $(BIN)/mypy --no-error-summary "$$fn" || exit 1; done
 	$(BIN)/cfn-lint template.yaml
 
@@ -57,20 +58,20 @@ format: $(STAMP)
 
 # Options pass through ARGS: make bench ARGS='--ledger-compare 3' (the ledger's cost).
 bench: $(STAMP)
-	$(BIN)/python -m tickwork.bench $(ARGS)
+	$(BIN)/python -m tools.bench $(ARGS)
 
 # One workspace's hostile template and burst beside another's API calls and webhooks: the
 # quiet workspace's API answer times and webhook lateness, alone and under each.
 # Options pass through ARGS: make bench-tenants ARGS='--rounds 1 --seconds 10'.
 bench-tenants: $(STAMP)
-	$(BIN)/python -m tickwork.bench_tenants $(ARGS)
+	$(BIN)/python -m tools.bench_tenants $(ARGS)
 
 # The hot statements at 10k rows and at a large backlog (SCALE_FUTURE future rows and
 # SCALE_TERMINAL finished ones): each should stay within 2x.
 SCALE_FUTURE ?= 10000000
 SCALE_TERMINAL ?= 1000000
 bench-scale: $(STAMP)
-	$(BIN)/python -m tickwork.bench_scale --future $(SCALE_FUTURE) --terminal $(SCALE_TERMINAL)
+	$(BIN)/python -m tools.bench_scale --future $(SCALE_FUTURE) --terminal $(SCALE_TERMINAL)
 
 # Schemathesis, every check, every operation, random cases (about 2,300 at 60 examples per
 # operation); prints the case count by status. CI runs a small derandomized set.
@@ -80,10 +81,10 @@ fuzz: $(STAMP)
 		$(BIN)/pytest -s -q -p no:cacheprovider tests/e2e/test_api_fuzz.py
 
 # Fault injection (not a test): processes, duplicate deliveries, kill -9, a restart of its own
-# embedded Postgres, a hostile receiver; prints its figures. `tests/integration/test_chaos.py`
-# runs the small variant (`python -m tickwork.chaos --small`).
+# embedded Postgres, a hostile receiver; prints its figures. `tools/tests/test_chaos.py`
+# runs the small variant (`python -m tools.chaos --small`).
 chaos: $(STAMP)
-	$(BIN)/python -m tickwork.chaos
+	$(BIN)/python -m tools.chaos
 
 # --- AWS --------------------------------------------------------------------------------
 # samconfig.toml (at the root) holds the region, capabilities and build options.
@@ -118,6 +119,9 @@ build-TickworkLayer:
 	find "$(ARTIFACTS_DIR)/python" -path '*.dist-info/*' \( -name RECORD -o -name INSTALLER \
 		-o -name REQUESTED -o -name direct_url.json \) -delete
 	cp -r migrations "$(ARTIFACTS_DIR)/python/tickwork/migrations"
+	# What Lambdas run, only: the CLI and the local runtime install with the package's
+	# `local` extra on a person's machine; the tools (bench, chaos) are not in the package.
+	rm -rf "$(ARTIFACTS_DIR)/python/tickwork/cli" "$(ARTIFACTS_DIR)/python/tickwork/local"
 
 # Re-resolves infra/layer-requirements.txt after a dependency change in pyproject.toml.
 layer-lock: $(STAMP)

@@ -25,7 +25,7 @@ def tree_hash(root: Path) -> str:
 
 def sam_zip_hash(root: Path) -> str | None:
     try:
-        from samcli.lib.package.utils import make_zip
+        from samcli.lib.package.utils import make_zip  # noqa: PLC0415 - optional: SAM CLI is not a dependency
     except ImportError:
         return None
     with tempfile.TemporaryDirectory() as scratch:

@@ -11,13 +11,15 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from psycopg.rows import dict_row
+
 from tests.fakes import LOOPBACK
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, fake_webhook_server
-from tickwork.db import Connection
-from tickwork.dispatch import Dispatcher, DispatchSummary
+from tickwork.engine.dispatch import Dispatcher, DispatchSummary
+from tickwork.platform.db import Connection
+from tickwork.platform.queues.memory import InProcessQueues
+from tickwork.platform.queues.port import OutgoingMessage
 from tickwork.providers.webhook import WebhookProvider
-from tickwork.queues.memory import InProcessQueues
-from tickwork.queues.port import OutgoingMessage
 from tickwork.runtime import Runtime
 
 
@@ -95,7 +97,6 @@ def statuses(conn: Connection) -> dict[str, int]:
 
 
 def row(conn: Connection, action_id: UUID) -> dict[str, Any]:
-    from psycopg.rows import dict_row
 
     with conn.cursor(row_factory=dict_row) as cur:
         found = cur.execute("select * from scheduled_actions where id = %s", (action_id,))

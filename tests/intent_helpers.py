@@ -9,11 +9,11 @@ from uuid import UUID
 
 from psycopg.rows import dict_row
 
-from tickwork.config import ActionTypeConfig, Settings
-from tickwork.db import Connection
-from tickwork.intents import IntentInput, IntentResult, declare_intent
-from tickwork.queues.port import QueuePort
-from tickwork.wallclock import utcnow
+from tickwork.intents.store import IntentInput, IntentResult, declare_intent
+from tickwork.platform.config import ActionTypeConfig, Settings
+from tickwork.platform.db import Connection
+from tickwork.platform.queues.port import QueuePort
+from tickwork.platform.wallclock import utcnow
 
 SOCIAL = ("instagram", "facebook", "linkedin")
 

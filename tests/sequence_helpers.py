@@ -12,12 +12,12 @@ from uuid import UUID
 from psycopg.rows import dict_row
 
 from tests.engine import drain
-from tickwork.config import ActionTypeConfig, Settings
-from tickwork.db import Connection, Database
+from tickwork.platform.config import ActionTypeConfig, Settings
+from tickwork.platform.db import Connection, Database
+from tickwork.platform.queues.memory import InProcessQueues
+from tickwork.platform.queues.port import OutgoingMessage
 from tickwork.providers import ProviderRegistry
 from tickwork.providers.log import LogProvider
-from tickwork.queues.memory import InProcessQueues
-from tickwork.queues.port import OutgoingMessage
 from tickwork.recipients.store import RecipientInput, put_recipient
 from tickwork.runtime import Runtime
 from tickwork.sequences.model import CampaignInput

@@ -1,13 +1,5 @@
 """Migrates the database schema; run by the stack as a custom resource, or invoked by hand."""
 
-from typing import Any
+from tickwork.lambdas.migrate import handler
 
-from aws_lambda_powertools.utilities.typing import LambdaContext
-
-from tickwork.deploy import handle_migration_event
-from tickwork.observability import logger
-
-
-@logger.inject_lambda_context
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return handle_migration_event(event, context)
+__all__ = ["handler"]

@@ -1,16 +1,5 @@
 """Every minute: keep scheduled_actions in step with schedule intents (the three gates)."""
 
-from typing import Any
+from tickwork.lambdas.reconciler import handler
 
-from aws_lambda_powertools.utilities.typing import LambdaContext
-
-from tickwork import runtime
-from tickwork.observability import logger, metrics, tracer
-from tickwork.reconcile import handle_reconcile
-
-
-@logger.inject_lambda_context
-@metrics.log_metrics
-@tracer.capture_lambda_handler
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return handle_reconcile(context, runtime.current())
+__all__ = ["handler"]

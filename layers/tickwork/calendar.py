@@ -7,11 +7,13 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from tickwork import paging, rollup
-from tickwork.actions import Action, rows_as
-from tickwork.db import Connection
-from tickwork.errors import InputError
-from tickwork.sql import query
+from tickwork import rollup
+from tickwork.actions.model import Action
+from tickwork.actions.store import rows_as
+from tickwork.platform import paging
+from tickwork.platform.db import Connection
+from tickwork.platform.errors import InputError
+from tickwork.platform.sql import query
 
 _LIST = query("list_actions")
 _BACKLOG = query("stats_backlog")

@@ -19,8 +19,8 @@ from uuid import UUID
 
 from psycopg.rows import dict_row
 
-from tickwork.db import Connection
-from tickwork.sql import query
+from tickwork.platform.db import Connection
+from tickwork.platform.sql import query
 
 _OF_ACTION = query("changes_of_action")
 _LIST = query("list_changes")

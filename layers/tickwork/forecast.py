@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from tickwork.config import Settings
-from tickwork.db import Connection
-from tickwork.sql import query
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection
+from tickwork.platform.sql import query
 
 _FORECAST = query("forecast")
 MAX_HOURS = 24 * 14

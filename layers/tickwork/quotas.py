@@ -32,10 +32,10 @@ from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from tickwork.config import Settings
-from tickwork.db import Connection
-from tickwork.errors import InputError, NotFoundError, QuotaExceededError, RateLimitedError
-from tickwork.sql import query
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection
+from tickwork.platform.errors import InputError, NotFoundError, QuotaExceededError, RateLimitedError
+from tickwork.platform.sql import query
 
 _COUNT_ACTIVE = query("count_active_actions")
 _COUNT_SCHEDULES = query("count_live_schedules")

@@ -14,9 +14,9 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from tickwork.config import MAX_CLOCK_SKEW_TOLERANCE_SECONDS
-from tickwork.db import Connection
-from tickwork.sql import query
+from tickwork.platform.config import MAX_CLOCK_SKEW_TOLERANCE_SECONDS
+from tickwork.platform.db import Connection
+from tickwork.platform.sql import query
 
 logger = logging.getLogger(__name__)
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from tickwork.config import Settings
 from tickwork.connections.secrets import MemorySecretStore, SecretsManagerStore, SecretStore
-from tickwork.db import Database, SessionLimits, resolve_url
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Database, SessionLimits, resolve_url
+from tickwork.platform.queues.port import QueuePort
+from tickwork.platform.queues.sqs import SqsQueues
 from tickwork.providers import ProviderRegistry
-from tickwork.queues.port import QueuePort
 
 
 @dataclass
@@ -42,7 +43,6 @@ class _Slot:
 
 
 def from_settings(settings: Settings) -> Runtime:
-    from tickwork.queues.sqs import SqsQueues
 
     return Runtime(
         settings=settings,

@@ -14,11 +14,11 @@ from typing import Literal
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from tickwork.config import Settings
-from tickwork.db import Connection
-from tickwork.errors import ForbiddenError
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection
+from tickwork.platform.errors import ForbiddenError
+from tickwork.platform.sql import query
 from tickwork.quotas import Limits
-from tickwork.sql import query
 
 _SET_TENANT = query("set_tenant")
 _CALLER_MEMBERSHIP = query("caller_membership")

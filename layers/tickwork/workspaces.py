@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -10,10 +11,10 @@ from uuid import UUID
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from tickwork.db import Connection, storable
-from tickwork.errors import InputError, NotFoundError
-from tickwork.sql import query
-from tickwork.wallclock import zone
+from tickwork.platform.db import Connection, storable
+from tickwork.platform.errors import InputError, NotFoundError
+from tickwork.platform.sql import query
+from tickwork.platform.wallclock import zone
 
 _GET = query("get_workspace")
 _UPDATE = query("update_workspace")
@@ -55,13 +56,8 @@ def update(
         zone(timezone)
     if name is not None and not (1 <= len(name.strip()) <= 200):
         raise InputError("name must be 1 to 200 characters", field="name")
-    if settings is not None:
-        import json
-
-        if len(json.dumps(settings)) > SETTINGS_MAX_BYTES:
-            raise InputError(
-                f"settings are larger than {SETTINGS_MAX_BYTES} bytes", field="settings"
-            )
+    if settings is not None and len(json.dumps(settings)) > SETTINGS_MAX_BYTES:
+        raise InputError(f"settings are larger than {SETTINGS_MAX_BYTES} bytes", field="settings")
     params = {
         "name": name,
         "timezone": timezone,

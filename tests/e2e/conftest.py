@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from tickwork import workspaces
-from tickwork.config import Settings
 from tickwork.local.auth import LocalJwt
 from tickwork.local.demo import ApiClient
 from tickwork.local.runner import LocalRuntime
+from tickwork.platform.config import Settings
 
 
 @dataclass

@@ -22,7 +22,7 @@ from schemathesis.config import SchemathesisConfig
 
 from tests.e2e.conftest import Api, running_api
 from tickwork.api import openapi_document
-from tickwork.config import Settings
+from tickwork.platform.config import Settings
 
 # Schema-valid values the domain refuses with a reason (an action type not configured, a
 # time in the past, a zone that does not exist, a rule with no occurrence) are a 422.

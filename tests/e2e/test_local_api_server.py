@@ -17,6 +17,7 @@ import pytest
 from tests.e2e.conftest import Api
 from tests.e2e.test_api import error_of, wait_for, webhook
 from tests.e2e.test_api_hostile_input import rows
+from tickwork.api import actions as action_routes
 from tickwork.local import api_server
 from tickwork.local.auth import LocalJwt
 
@@ -234,15 +235,14 @@ def test_non_ascii_in_the_path_is_read_as_utf8_once_percent_encoded(api):
 
 def test_requests_are_served_concurrently(api, monkeypatch):
     # Given a request that takes 3 s inside the API
-    from tickwork.api import actions as action_routes
 
-    real_get = action_routes.actions.get
+    real_get = action_routes.store.get
 
     def slow_get(*args, **kwargs):
         time.sleep(3)
         return real_get(*args, **kwargs)
 
-    monkeypatch.setattr(action_routes.actions, "get", slow_get)
+    monkeypatch.setattr(action_routes.store, "get", slow_get)
     created = api.admin.call("POST", "/v1/actions", json=webhook())
     slow = threading.Thread(target=api.admin.http.get, args=(f"/v1/actions/{created['id']}",))
     slow.start()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 
-from tickwork.config import Settings
 from tickwork.local.auth import LocalJwt
 from tickwork.local.demo import demo_client, seed_provider_demo, watch
 from tickwork.local.runner import LocalRuntime
+from tickwork.platform.config import Settings
 
 
 def test_an_email_an_sms_a_message_and_a_post_arrive_at_the_sandbox(database_url, tmp_path):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
 
-from tickwork.actions import Claimed
+from tickwork.actions.model import Claimed
+from tickwork.platform.observability import logger
 from tickwork.providers.base import Via
 from tickwork.providers.http import OutboundPolicy
 
@@ -18,9 +20,6 @@ class OperatorLog:
     """Every line the Tickwork logger writes while installed, formatted as in production."""
 
     def __init__(self) -> None:
-        import logging
-
-        from tickwork.observability import logger
 
         self.lines: list[str] = []
         lines = self.lines

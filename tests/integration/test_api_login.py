@@ -11,11 +11,11 @@ import pytest
 from tests.conftest import make_workspace
 from tests.handlers import FakeLambdaContext, load_handler
 from tickwork import runtime
-from tickwork.config import Settings
-from tickwork.db import Database, api_login_url, connect
 from tickwork.local.api_server import http_api_event
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Database, api_login_url, connect
+from tickwork.platform.queues.memory import InProcessQueues
 from tickwork.providers import ProviderRegistry
-from tickwork.queues.memory import InProcessQueues
 from tickwork.workspaces import add_member
 
 

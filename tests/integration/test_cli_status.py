@@ -15,6 +15,7 @@ from moto import mock_aws
 from tests.conftest import make_workspace
 from tickwork import cli
 from tickwork import runtime as runtime_slot
+from tickwork.cli import status as status_module
 
 
 def insert(
@@ -153,7 +154,6 @@ def test_status_of_one_workspace(busy, database_url, capsys):
 
 
 def test_a_long_due_backlog_is_counted_up_to_the_cap(conn, database_url, capsys, monkeypatch):
-    from tickwork.ops import status as status_module
 
     monkeypatch.setattr(status_module, "DUE_CAP", 3)
     ws = make_workspace(conn, "Behind")

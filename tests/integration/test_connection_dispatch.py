@@ -11,11 +11,12 @@ import pytest
 from tests.engine import drain, row
 from tests.fakes import LOOPBACK
 from tests.fakes.slack import TOKEN, FakeSlack
-from tickwork import actions, connections
-from tickwork.actions import NewAction
-from tickwork.config import ActionTypeConfig
+from tickwork import connections
+from tickwork.actions import scheduling as actions
+from tickwork.actions.model import NewAction
+from tickwork.engine.tick import run_tick
+from tickwork.platform.config import ActionTypeConfig
 from tickwork.providers.slack import SlackProvider
-from tickwork.tick import run_tick
 
 
 @pytest.fixture

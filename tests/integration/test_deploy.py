@@ -19,10 +19,11 @@ import pytest
 from moto import mock_aws
 
 from tests.handlers import FakeLambdaContext, load_handler
-from tickwork import deploy, migrate
-from tickwork.config import Settings
-from tickwork.db import API_LOGIN_ROLE, api_login_url, connect
-from tickwork.deploy import is_rollback, validate_configuration
+from tickwork.engine import deploy
+from tickwork.engine.deploy import is_rollback, validate_configuration
+from tickwork.platform import migrate
+from tickwork.platform.config import Settings
+from tickwork.platform.db import API_LOGIN_ROLE, api_login_url, connect
 
 REGION = "us-east-1"
 PREFIX = "https://sqs.us-east-1.amazonaws.com/123456789012/tickwork-test-"

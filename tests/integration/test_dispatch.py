@@ -16,16 +16,19 @@ from tests.fakes import LOOPBACK
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply
 from tests.handlers import FakeLambdaContext, load_handler
 from tickwork import runtime as runtime_slot
-from tickwork.actions import Action
-from tickwork.db import Database, connect
-from tickwork.dispatch import Dispatcher
+from tickwork.actions import store as actions
+from tickwork.actions.model import Action
+from tickwork.engine.dispatch import Dispatcher
+from tickwork.engine.tick import run_tick
+from tickwork.ledger.attempts import attempts_by_action
+from tickwork.local.runner import sqs_record
+from tickwork.platform.db import Database, connect
+from tickwork.platform.queues.memory import InProcessQueues
+from tickwork.platform.queues.port import OutgoingMessage
 from tickwork.providers.base import Ambiguous, Outcome, Via
 from tickwork.providers.log import LogProvider
 from tickwork.providers.webhook import WebhookProvider
-from tickwork.queues.memory import InProcessQueues
-from tickwork.queues.port import OutgoingMessage
 from tickwork.runtime import Runtime
-from tickwork.tick import run_tick
 
 
 def log_provider(runtime: Runtime, action_type: str = "log") -> LogProvider:
@@ -164,7 +167,6 @@ def test_the_lambda_handler_answers_with_partial_batch_failures(conn, workspace,
     ids = seed(conn, workspace, 3, now - timedelta(seconds=1))
     run_tick(conn, runtime.queues, runtime.settings)
     queue = runtime.queues.queue("log")  # type: ignore[attr-defined]
-    from tickwork.local.runner import sqs_record
 
     event = {"Records": [sqs_record(m, queue) for m in queue.receive(10)]}
     runtime_slot.install(runtime)
@@ -182,7 +184,6 @@ def test_the_lambda_handler_answers_with_partial_batch_failures(conn, workspace,
 def test_a_dispatcher_that_died_after_claiming_leaves_a_stuck_row_never_resent(
     conn, workspace, runtime, now
 ):
-    from tickwork import actions
 
     [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
     run_tick(conn, runtime.queues, runtime.settings)
@@ -266,7 +267,6 @@ def test_exactly_once_under_contention(database_url, conn, workspace, runtime, n
     assert statuses(conn) == {"published": 2000}
     # And the ledger matches the provider's own log of calls exactly: one entry per call,
     # per action, delivered under the id the row has
-    from tickwork.ledger.attempts import attempts_by_action
 
     ledger = attempts_by_action(conn, workspace, ids)
     assert Counter({i: len(entries) for i, entries in ledger.items()}) == deliveries

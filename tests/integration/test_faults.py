@@ -23,17 +23,20 @@ from tests.fakes import LOOPBACK
 from tests.fakes.db_proxy import DbProxy, db_proxy
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
 from tests.handlers import FakeLambdaContext
-from tickwork import dispatch as dispatch_module
-from tickwork.actions import Action
-from tickwork.db import Database
-from tickwork.dispatch import Dispatcher, handle_sqs_event, pending_outcomes
-from tickwork.local.runner import sqs_record
+from tickwork.actions import store as actions
+from tickwork.actions.model import Action
+from tickwork.engine import dispatch as dispatch_module
+from tickwork.engine.dispatch import Dispatcher, handle_sqs_event, pending_outcomes
+from tickwork.engine.tick import recover_stuck, run_tick
+from tickwork.local.auth import LocalJwt
+from tickwork.local.runner import LocalRuntime, sqs_record
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Database
+from tickwork.platform.queues.memory import InProcessQueues
+from tickwork.platform.queues.port import OutgoingMessage
 from tickwork.providers.base import Delivered, Outcome, Rejected, Transient
 from tickwork.providers.webhook import WebhookProvider
-from tickwork.queues.memory import InProcessQueues
-from tickwork.queues.port import OutgoingMessage
 from tickwork.runtime import Runtime
-from tickwork.tick import recover_stuck, run_tick
 
 
 @pytest.fixture
@@ -128,7 +131,6 @@ def test_an_outcome_not_written_in_time_is_logged_kept_and_written_next_time(
 def test_a_row_stuck_without_an_outcome_says_where_to_look_before_a_retry(
     conn, workspace, runtime, now
 ):
-    from tickwork import actions
 
     [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
     assert actions.claim(conn, "log", [action_id])
@@ -142,9 +144,9 @@ def test_a_row_stuck_without_an_outcome_says_where_to_look_before_a_retry(
 
 DYING_TICK = """
 import os, signal, sys
-from tickwork.config import Settings
-from tickwork.db import connect
-from tickwork.tick import run_tick
+from tickwork.platform.config import Settings
+from tickwork.platform.db import connect
+from tickwork.engine.tick import run_tick
 
 class DiesOnSend:
     def send(self, action_type, messages):
@@ -181,7 +183,6 @@ def test_a_tick_killed_between_mark_and_send_strands_nothing(
 def test_a_claim_retried_after_an_error_keeps_the_message_of_a_row_it_may_have_claimed(
     conn, workspace, runtime, proxy, now
 ):
-    from tickwork import actions
 
     # Given a claim that committed but whose answer was lost (the row is submitted, unseen)
     [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
@@ -203,7 +204,6 @@ def test_a_claim_retried_after_an_error_keeps_the_message_of_a_row_it_may_have_c
 def test_a_message_with_a_row_its_retried_claim_may_have_taken_comes_back_late_whole(
     conn, workspace, runtime, proxy, now
 ):
-    from tickwork import actions
 
     # Given a message for two rows due together, one claimed unseen by a lost answer
     unseen, other = seed(conn, workspace, 2, now - timedelta(seconds=1))
@@ -229,9 +229,6 @@ def test_a_message_with_a_row_its_retried_claim_may_have_taken_comes_back_late_w
 def test_a_restarted_local_runtime_fires_what_its_previous_run_had_enqueued(
     database_url, conn, workspace, tmp_path
 ):
-    from tickwork.config import Settings
-    from tickwork.local.auth import LocalJwt
-    from tickwork.local.runner import LocalRuntime
 
     # Given a row a previous run had handed to its (now lost) in-process queue
     due = datetime.now(UTC) + timedelta(seconds=1)
@@ -419,7 +416,6 @@ def test_an_answer_the_database_cannot_store_strands_no_sibling(conn, workspace,
 def test_a_row_left_submitted_by_a_dead_dispatcher_is_claimed_again_by_its_message(
     conn, workspace, runtime, now
 ):
-    from tickwork import actions
 
     # Given a dispatcher claimed two rows long ago and died; a third was claimed just now
     ids = seed(conn, workspace, 3, now - timedelta(seconds=1))
@@ -437,7 +433,6 @@ def test_a_row_left_submitted_by_a_dead_dispatcher_is_claimed_again_by_its_messa
 def test_a_provider_that_cannot_deduplicate_never_gets_a_dead_claim_again(
     conn, workspace, runtime, now, idempotent
 ):
-    from tickwork import actions
 
     class Once(ScriptedProvider):
         pass

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
 from uuid import uuid4
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
 
 from tests.conftest import make_workspace
 from tests.intent_helpers import SOCIAL, age_rows, count, declare, rows_of, social_settings
-from tickwork import intents
-from tickwork.errors import (
+from tickwork.intents import store as intents
+from tickwork.intents.reconcile import Intent
+from tickwork.intents.store import IntentInput
+from tickwork.platform.errors import (
     InputError,
     InvalidTimezoneError,
     NotFoundError,
@@ -20,8 +23,6 @@ from tickwork.errors import (
     UnknownActionTypeError,
     UnknownTargetError,
 )
-from tickwork.intents import IntentInput
-from tickwork.reconcile import Intent
 
 
 @pytest.fixture
@@ -139,7 +140,6 @@ def test_an_intent_in_its_own_zone_and_one_at_an_instant(conn, workspace, settin
         wall_time="09:00",
         timezone="America/New_York",
     )
-    from zoneinfo import ZoneInfo
 
     expected = datetime.combine(tomorrow, time(9, 0), tzinfo=ZoneInfo("America/New_York"))
     assert {a.publish_at for a in zoned.active} == {expected}

@@ -8,10 +8,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tickwork import cli, migrate
-from tickwork.actions import Action, Claimed
-from tickwork.errors import MigrationChecksumError, MigrationError
-from tickwork.sql import query
+from tickwork import cli
+from tickwork.actions.model import Action, Claimed
+from tickwork.platform import migrate
+from tickwork.platform.errors import MigrationChecksumError, MigrationError
+from tickwork.platform.sql import query
 
 
 def write(directory: Path, files: dict[str, str]) -> Path:

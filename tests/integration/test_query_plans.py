@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import psycopg
 import pytest
 
-from tickwork.actions import Attempt, Finalization, attempt_columns
-from tickwork.sql import query
+from tickwork.actions.model import Attempt, Finalization
+from tickwork.actions.store import attempt_columns
+from tickwork.platform.queues.enqueue import CURSOR_START, mark_due
+from tickwork.platform.sql import query
 
 
 def plan_of(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -62,7 +64,6 @@ def big_table(conn, workspace, now):
 
 
 def test_the_due_query_uses_the_partial_due_index(conn, big_table):
-    from tickwork.tick import CURSOR_START
 
     for after_due, after_id in (CURSOR_START, (big_table - timedelta(seconds=50), UUID(int=0))):
         plan = plan_of(
@@ -81,14 +82,12 @@ def test_the_due_query_uses_the_partial_due_index(conn, big_table):
 
 
 def test_the_due_query_takes_only_the_due_rows(conn, big_table):
-    from tickwork.tick import mark_due
 
     due = mark_due(conn, big_table, batch_size=500, action_types=["webhook"])
     assert len(due) == 100
 
 
 def test_each_pass_starts_after_the_rows_the_last_one_marked(conn, big_table):
-    from tickwork.tick import mark_due
 
     first = mark_due(conn, big_table, batch_size=60, action_types=["webhook"])
     # A row of the first pass handed back (its send failed) is behind the cursor: the
@@ -165,8 +164,6 @@ def test_zombies_and_lost_messages_are_a_range_of_the_due_index(conn, big_table,
 
 
 def test_the_calendar_page_walks_the_calendar_index(conn, big_table, workspace):
-    from datetime import timedelta
-
     plan = plan_of(
         conn,
         query("list_actions"),
@@ -222,8 +219,6 @@ def test_a_row_claimed_without_its_mark_is_still_found_as_a_zombie(conn, workspa
 
 
 def test_the_resolvers_candidates_come_from_their_partial_index(conn, big_table):
-    from datetime import UTC, datetime
-    from uuid import UUID
 
     conn.execute(
         "update scheduled_actions set status = 'failed', error_code = 'ambiguous',"

@@ -15,13 +15,15 @@ import pytest
 from tests.conftest import make_workspace
 from tests.e2e.test_api_quotas import away_from_a_minute_boundary
 from tests.integration.test_query_plans import index_scans, plan_of, seq_scans
-from tickwork import cli, quotas, recurring
-from tickwork.config import Settings
-from tickwork.db import connect
-from tickwork.errors import InputError, QuotaExceededError, RateLimitedError
+from tickwork import cli, quotas
+from tickwork.engine import expander
+from tickwork.platform.config import Settings
+from tickwork.platform.db import connect
+from tickwork.platform.errors import InputError, QuotaExceededError, RateLimitedError
+from tickwork.platform.sql import query
 from tickwork.quotas import QUOTA_NAMES, Limits
-from tickwork.recurring import NewSchedule
-from tickwork.sql import query
+from tickwork.recurring import store as recurring
+from tickwork.recurring.store import NewSchedule
 from tickwork.tenancy import tenant_transaction
 
 
@@ -84,7 +86,7 @@ def test_the_expander_pauses_a_stored_schedule_over_the_window_quota(conn, works
     created = recurring.create_schedule(conn, workspace, _hourly(), roomy, now)
     # the quota is lowered below what the schedule makes in a window, and the window moves
     later = now + timedelta(days=20)
-    summary = recurring.expand_all(conn, strict, now=later)
+    summary = expander.expand_all(conn, strict, now=later)
     assert summary.paused == 1
     paused = recurring.get_schedule(conn, workspace, created.schedule.id)
     assert paused.status == "paused"
@@ -240,7 +242,7 @@ def test_the_expander_holds_each_workspace_to_its_own_window_quota(conn, now):
         for ws in (strict, roomy)
     }
     quotas.set_limits(conn, strict, Settings(), {"schedule_window_rows": 10})
-    summary = recurring.expand_all(conn, Settings(), now=now + timedelta(days=20))
+    summary = expander.expand_all(conn, Settings(), now=now + timedelta(days=20))
     assert summary.paused == 1
     assert recurring.get_schedule(conn, strict, made[strict]).status == "paused"
     assert recurring.get_schedule(conn, roomy, made[roomy]).status == "active"

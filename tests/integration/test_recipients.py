@@ -18,18 +18,17 @@ from tests.sequence_helpers import (
     recipient,
     sent,
 )
-from tickwork import actions
-from tickwork.actions import Claimed, NewAction, rows_as
-from tickwork.admission import admit
-from tickwork.db import connect
-from tickwork.errors import InputError
+from tickwork.actions import model, scheduling, store
+from tickwork.actions.model import NewAction
+from tickwork.engine.admission import admit, claim_admitted
+from tickwork.platform.db import connect
+from tickwork.platform.errors import InputError
 from tickwork.recipients.model import local_day, next_day_slot
 from tickwork.recipients.store import find_recipient
 from tickwork.rules.events import EventInput, emit_event
 from tickwork.rules.model import ActionTemplate, RuleInput, Trigger
 from tickwork.rules.store import create_rule
 from tickwork.runtime import Runtime
-from tickwork.sql import query
 
 TOKYO = ZoneInfo("Asia/Tokyo")
 NIGHTS = [{"start": "21:00", "end": "08:00"}]
@@ -41,17 +40,14 @@ def engine(database_url: str) -> Iterator[Runtime]:
 
 
 def raw_claim(conn, action_id):
-    """The claim statement alone, without its admission, for admitting at a chosen time."""
-    params = {"ids": [action_id], "action_type": "sms", "early_tolerance": 1,
-              "max_lateness": None, "reclaim_after": None}  # fmt: skip
-    with conn.cursor() as cur:
-        return rows_as(Claimed, cur, cur.execute(query("claim_actions"), params).fetchall())
+    """The claim alone, without its admission, for admitting at a chosen time."""
+    return store.claim(conn, "sms", [action_id], early_tolerance=1)
 
 
 def sms(conn, rt, workspace, at, recipient_id="ann", **fields):
     new = NewAction(action_type="sms", target_key="phone", publish_at=at,
                     payload={"text": "hi"}, recipient_id=recipient_id, **fields)  # fmt: skip
-    return actions.schedule(conn, workspace, new, rt.settings, datetime.now(UTC)).action
+    return scheduling.schedule(conn, workspace, new, rt.settings, datetime.now(UTC)).action
 
 
 def test_an_sms_due_2330_in_tokyo_quiet_hours_goes_at_0800_local(conn, workspace, engine):
@@ -99,7 +95,7 @@ def test_a_cap_of_2_a_day_defers_the_third_to_tomorrow(conn, workspace, engine, 
     recipient(conn, engine, workspace, timezone=zone_name, caps={"sms": 2})
     soon = datetime.now(UTC) + timedelta(minutes=1)
     ids = [sms(conn, engine, workspace, soon + timedelta(seconds=i)).id for i in range(3)]
-    email = actions.schedule(
+    email = scheduling.schedule(
         conn, workspace,
         NewAction(action_type="email", target_key="inbox", publish_at=soon, recipient_id="ann"),
         engine.settings, datetime.now(UTC),
@@ -158,7 +154,7 @@ def test_two_dispatchers_racing_for_the_last_slot_take_it_once(
     def dispatcher(action_id) -> None:
         with connect(database_url) as own:
             barrier.wait()
-            admitted.extend(actions.claim(own, "sms", [action_id], early_tolerance=1))
+            admitted.extend(claim_admitted(own, "sms", [action_id], early_tolerance=1))
 
     threads = [threading.Thread(target=dispatcher, args=(i,)) for i in racers]
     for t in threads:
@@ -177,9 +173,9 @@ def test_a_requeued_message_keeps_its_slot(conn, workspace, engine):
     recipient(conn, engine, workspace, caps={"sms": 1})
     action = sms(conn, engine, workspace, datetime.now(UTC) + timedelta(minutes=1))
     conn.execute("update scheduled_actions set next_attempt_at = now() where id = %s", (action.id,))
-    [claimed] = actions.claim(conn, "sms", [action.id], early_tolerance=1)
-    actions.finalize(conn, [actions.requeued(claimed.id, datetime.now(UTC), "503")])
-    [again] = actions.claim(conn, "sms", [action.id], early_tolerance=1)
+    [claimed] = claim_admitted(conn, "sms", [action.id], early_tolerance=1)
+    store.finalize(conn, [model.requeued(claimed.id, datetime.now(UTC), "503")])
+    [again] = claim_admitted(conn, "sms", [action.id], early_tolerance=1)
     assert again.id == action.id
     assert conn.execute("select sent from recipient_day_counts").fetchall() == [(1,)]
 

@@ -14,10 +14,14 @@ from psycopg.rows import dict_row
 
 from tests.conftest import make_workspace
 from tests.engine import drain
-from tickwork import actions, recurring
-from tickwork.config import Settings
-from tickwork.db import Connection, connect
-from tickwork.errors import (
+from tests.handlers import FakeLambdaContext, load_handler
+from tickwork import runtime as runtime_slot
+from tickwork.actions import model, scheduling, store
+from tickwork.engine import expander
+from tickwork.engine.tick import run_tick
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection, connect
+from tickwork.platform.errors import (
     ConflictError,
     InputError,
     InvalidRecurrenceError,
@@ -27,8 +31,8 @@ from tickwork.errors import (
     PayloadTooLargeError,
     UnknownActionTypeError,
 )
-from tickwork.recurring import NewSchedule, Schedule, ScheduleChanges
-from tickwork.tick import run_tick
+from tickwork.recurring import store as recurring
+from tickwork.recurring.store import NewSchedule, Schedule, ScheduleChanges
 
 DAILY_9 = "FREQ=DAILY;BYHOUR=9;BYMINUTE=0;BYSECOND=0"
 EVERY_2H = "FREQ=HOURLY;INTERVAL=2;BYMINUTE=0;BYSECOND=0"
@@ -78,13 +82,13 @@ def count(conn: Connection, table: str) -> int:
 
 def fail(conn: Connection, action_id: UUID, message: str = "HTTP 404 from the endpoint") -> None:
     """Drive a queued row to failed through the state machine, as a dispatcher would."""
-    assert actions.claim(conn, "log", [action_id], early_tolerance=60 * 86400)
-    actions.finalize(conn, [actions.failed(action_id, "provider_rejected", message)])
+    assert store.claim(conn, "log", [action_id], early_tolerance=60 * 86400)
+    store.finalize(conn, [model.failed(action_id, "provider_rejected", message)])
 
 
 def publish(conn: Connection, action_id: UUID) -> None:
-    assert actions.claim(conn, "log", [action_id], early_tolerance=60 * 86400)
-    actions.finalize(conn, [actions.published(action_id, "ok")])
+    assert store.claim(conn, "log", [action_id], early_tolerance=60 * 86400)
+    store.finalize(conn, [model.published(action_id, "ok")])
 
 
 # ----------------------------------------------------------------------------- create
@@ -143,9 +147,9 @@ def test_occurrences_share_a_thing_without_tripping_the_one_off_rules(conn, work
     assert len(queued_times(conn, result.schedule.id)) == 13
     assert second["thing_id"] == "customer-7"
     # and a one-off action for the same thing and target is still allowed
-    one_off = actions.NewAction(action_type="log", target_key="reports", thing_id="customer-7",
+    one_off = model.NewAction(action_type="log", target_key="reports", thing_id="customer-7",
                                 publish_at=datetime.now(UTC) + timedelta(hours=1))  # fmt: skip
-    assert actions.schedule(conn, workspace, one_off, settings, datetime.now(UTC)).created
+    assert scheduling.schedule(conn, workspace, one_off, settings, datetime.now(UTC)).created
 
 
 BAD_INPUT = [
@@ -195,8 +199,8 @@ def test_the_expander_rolls_the_window_and_twice_creates_nothing_twice(conn, wor
     schedule = recurring.create_schedule(conn, workspace, new_schedule(), settings, created)
     # When the expander runs a day later, twice
     later = created + timedelta(days=1)
-    first = recurring.expand_all(conn, settings, now=later)
-    second = recurring.expand_all(conn, settings, now=later)
+    first = expander.expand_all(conn, settings, now=later)
+    second = expander.expand_all(conn, settings, now=later)
     # Then the first run added the one new day and the second nothing
     assert (first.schedules, first.created, first.conflicts) == (1, 1, 0)
     assert (second.schedules, second.created) == (0, 0)
@@ -210,7 +214,7 @@ def test_re_expanding_a_window_already_materialized_creates_nothing(conn, worksp
     result = recurring.create_schedule(conn, workspace, new_schedule(), settings, created)
     conn.execute("update recurring_schedules set last_materialized_through = %s", (created,))
     # When the expander runs again over the same window
-    summary = recurring.expand_all(conn, settings, now=created)
+    summary = expander.expand_all(conn, settings, now=created)
     # Then every occurrence is a conflict, dropped alone, and none exists twice
     assert (summary.created, summary.conflicts) == (0, 14)
     assert len(queued_times(conn, result.schedule.id)) == 14
@@ -227,12 +231,12 @@ def test_two_expanders_at_once_create_each_occurrence_once(database_url, conn, w
     conn.execute("update recurring_schedules set last_materialized_through = %s", (now,))
     small = settings.model_copy(update={"expander_batch_size": 4})
     start = threading.Barrier(2)
-    summaries: list[recurring.ExpandSummary] = []
+    summaries: list[expander.ExpandSummary] = []
 
     def run() -> None:
         with connect(database_url) as own:
             start.wait()
-            summaries.append(recurring.expand_all(own, small, now=now))
+            summaries.append(expander.expand_all(own, small, now=now))
 
     # When two expanders run concurrently, each on its own connection
     threads = [threading.Thread(target=run) for _ in range(2)]
@@ -258,7 +262,7 @@ def test_the_expander_ends_a_schedule_whose_rule_is_over(conn, workspace, settin
     new = new_schedule("FREQ=DAILY;COUNT=2;BYHOUR=9;BYMINUTE=0;BYSECOND=0")
     schedule = recurring.create_schedule(conn, workspace, new, settings, now).schedule
     # When the expander runs after the second one
-    summary = recurring.expand_all(conn, settings, now=now + timedelta(days=2))
+    summary = expander.expand_all(conn, settings, now=now + timedelta(days=2))
     # Then the schedule has ended, saying why, and its two rows are untouched
     assert summary.ended == 1
     ended = recurring.get_schedule(conn, workspace, schedule.id)
@@ -273,7 +277,7 @@ def test_the_expander_pauses_a_stored_rule_it_cannot_expand(conn, workspace, set
     schedule = recurring.create_schedule(conn, workspace, new_schedule(), settings, now).schedule
     conn.execute("update recurring_schedules set rrule = 'FREQ=NEVER'")
     # When the expander meets it
-    summary = recurring.expand_all(conn, settings, now=now + timedelta(days=1))
+    summary = expander.expand_all(conn, settings, now=now + timedelta(days=1))
     # Then it is paused with the reason, its rows not yet due cancelled (the one already due
     # is left to fire), and the run carries on
     assert (summary.paused, summary.errors) == (1, 0)
@@ -285,8 +289,6 @@ def test_the_expander_pauses_a_stored_rule_it_cannot_expand(conn, workspace, set
 
 
 def test_the_expander_handler_returns_its_summary(conn, workspace, runtime):
-    from tests.handlers import FakeLambdaContext, load_handler
-    from tickwork import runtime as runtime_slot
 
     now = datetime.now(UTC)
     recurring.create_schedule(conn, workspace, new_schedule(dtstart=None), runtime.settings, now)
@@ -314,7 +316,7 @@ def test_an_edit_moves_only_future_queued_rows_and_history_stays(conn, workspace
     first, second, third = rows(conn, sid)[:3]
     publish(conn, first["id"])
     fail(conn, second["id"])
-    actions.cancel(conn, workspace, third["id"])
+    store.cancel(conn, workspace, third["id"])
     # When the rule moves to 10:30 on 3 March at noon
     now = at("2026-03-03T12:00")
     changes = ScheduleChanges(rrule="FREQ=DAILY;BYHOUR=10;BYMINUTE=30;BYSECOND=0")
@@ -382,7 +384,7 @@ def test_pause_then_resume_after_two_missed_occurrences_fires_none_of_them(
     assert len(paused.cancelled) == 14 * 12
     assert queued_times(conn, sid) == []
     # and the expander materializes nothing for it while paused
-    assert recurring.expand_all(conn, settings, now=at("2026-03-02T11:00")).schedules == 0
+    assert expander.expand_all(conn, settings, now=at("2026-03-02T11:00")).schedules == 0
     # When it resumes at 13:30: 10:00 and 12:00 were missed, 12:00 by more than the 1 h window
     resumed = recurring.resume_schedule(conn, workspace, sid, settings, at("2026-03-02T13:30"))
     # Then neither fires, both are counted, and the next one (14:00) is queued on time
@@ -485,7 +487,7 @@ def test_run_now_fires_once_and_the_next_regular_occurrence_is_unchanged(conn, w
     assert dispatched.published == 1
     run_tick(conn, runtime.queues, settings)
     assert drain(runtime, "log").published == 0
-    assert actions.get(conn, workspace, action.id).status == "published"  # type: ignore[union-attr]
+    assert store.get(conn, workspace, action.id).status == "published"  # type: ignore[union-attr]
     # and the regular occurrences are exactly as they were
     assert queued_times(conn, sid) == regular_before
     assert (

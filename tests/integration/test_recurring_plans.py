@@ -7,9 +7,9 @@ from datetime import datetime
 import pytest
 
 from tests.integration.test_query_plans import index_scans, plan_of, seq_scans
-from tickwork import recurring
-from tickwork.recurring import NewSchedule
-from tickwork.sql import query
+from tickwork.platform.sql import query
+from tickwork.recurring import store as recurring
+from tickwork.recurring.store import NewSchedule
 
 
 @pytest.fixture

@@ -14,9 +14,11 @@ import pytest
 
 from tests.conftest import REPO_ROOT, make_workspace
 from tests.engine import seed
-from tickwork import actions, calendar, migrate, rollup
-from tickwork.config import Settings
-from tickwork.db import Connection, connect
+from tickwork import calendar, rollup
+from tickwork.actions import model, store
+from tickwork.platform import migrate
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection, connect
 from tickwork.tenancy import tenant_transaction
 
 
@@ -57,17 +59,17 @@ def advance(conn: Connection) -> rollup.Advance:
 
 
 def claim_and_finish(conn: Connection, ids: list[UUID], outcome: str) -> None:
-    claimed = actions.claim(conn, "log", ids, early_tolerance=5)
+    claimed = store.claim(conn, "log", ids, early_tolerance=5)
     assert len(claimed) == len(ids)
     if outcome == "published":
-        results = [actions.published(a.id, f"p-{a.id}") for a in claimed]
+        results = [model.published(a.id, f"p-{a.id}") for a in claimed]
     elif outcome in ("failed", "stuck", "ambiguous"):
         code = "rejected" if outcome == "failed" else outcome
-        results = [actions.failed(a.id, code, "no") for a in claimed]
+        results = [model.failed(a.id, code, "no") for a in claimed]
     else:
         soon = claimed[0].publish_at + timedelta(minutes=5)
-        results = [actions.requeued(a.id, soon, "later") for a in claimed]
-    actions.finalize(conn, results)
+        results = [model.requeued(a.id, soon, "later") for a in claimed]
+    store.finalize(conn, results)
 
 
 @pytest.fixture
@@ -84,7 +86,7 @@ def test_counts_follow_every_transition_across_the_watermark(conn, two_workspace
 
     claim_and_finish(conn, due[:3], "published")
     claim_and_finish(conn, due[3:5], "failed")
-    actions.claim(conn, "log", due[5:7], early_tolerance=5)  # left submitted
+    store.claim(conn, "log", due[5:7], early_tolerance=5)  # left submitted
     check(conn, a, b)
 
     first = advance(conn)
@@ -94,7 +96,7 @@ def test_counts_follow_every_transition_across_the_watermark(conn, two_workspace
     # after the watermark: more finish, one is retried for later, one is cancelled
     claim_and_finish(conn, due[7:9], "published")
     claim_and_finish(conn, due[9:10], "queued")  # submitted -> queued (a provider retry)
-    assert actions.cancel(conn, a, due[10]).changed
+    assert store.cancel(conn, a, due[10]).changed
     check(conn, a, b)
 
     second = advance(conn)
@@ -115,7 +117,7 @@ def test_a_retried_failure_counted_in_the_rollup_is_not_counted_twice(conn, two_
     settings = Settings(database_url="postgresql://unused")
 
     # failed -> queued (a manual retry) -> submitted -> published
-    assert actions.retry(conn, a, ids[0], settings).changed
+    assert store.retry(conn, a, ids[0], settings).changed
     check(conn, a, b)
     counts = {(c["status"], c["action_type"]): c["count"] for c in rollup.counts(conn, a)}
     assert counts == {("failed", "log"): 2, ("queued", "log"): 1}
@@ -124,11 +126,11 @@ def test_a_retried_failure_counted_in_the_rollup_is_not_counted_twice(conn, two_
     advance(conn)
     check(conn, a, b)
     # and retried once more after the watermark passed its second failure
-    assert actions.retry(conn, a, ids[1], settings).changed
+    assert store.retry(conn, a, ids[1], settings).changed
     claim_and_finish(conn, [ids[1]], "stuck")
     advance(conn)
     assert rollup.needs_person(conn, a) == {"stuck": 2, "ambiguous": 0}
-    assert actions.retry(conn, a, ids[1], settings).changed
+    assert store.retry(conn, a, ids[1], settings).changed
     check(conn, a, b)
     final = {(c["status"], c["action_type"]): c["count"] for c in rollup.counts(conn, a)}
     assert final == {("failed", "log"): 1, ("published", "log"): 1, ("queued", "log"): 1}
@@ -139,7 +141,7 @@ def test_an_open_transaction_holds_the_watermark_behind_its_start(
 ):
     a, b = two_workspaces
     ids = seed(conn, a, 2, now - timedelta(seconds=1))
-    actions.claim(conn, "log", ids, early_tolerance=5)
+    store.claim(conn, "log", ids, early_tolerance=5)
     with connect(database_url) as other, other.transaction():
         started = other.execute("select now()").fetchone()[0]  # type: ignore[index]
         other.execute(
@@ -215,7 +217,7 @@ def test_the_rollup_merges_its_deltas(conn, two_workspaces, now):
     assert rows_in("action_type_rows") == 2
     assert rows_in("action_finished_rows") == 1
     for i in ids:
-        assert actions.retry(conn, b, i, Settings(database_url="postgresql://unused")).changed
+        assert store.retry(conn, b, i, Settings(database_url="postgresql://unused")).changed
     assert rows_in("action_finished_rows") == 4  # -1 for each failure retried
     check(conn, a, b)
     advance(conn)
@@ -235,7 +237,7 @@ def test_the_api_role_sees_only_its_workspace_rollup(conn, two_workspaces, now):
         assert conn.execute("select * from action_finished_rows").fetchall() == []
         found = calendar.stats(conn, a)
         # the API role inserts and cancels through the triggers
-        assert actions.cancel(conn, a, seed(conn, a, 1, now + timedelta(hours=2))[0]).changed
+        assert store.cancel(conn, a, seed(conn, a, 1, now + timedelta(hours=2))[0]).changed
         after = calendar.stats(conn, a)
     assert found.counts == [{"status": "queued", "action_type": "log", "count": 3}]
     assert after.counts == [

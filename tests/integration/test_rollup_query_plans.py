@@ -11,7 +11,7 @@ import pytest
 
 from tests.integration.test_query_plans import index_scans, plan_of, seq_scans
 from tickwork import rollup
-from tickwork.sql import query
+from tickwork.platform.sql import query
 
 
 @pytest.fixture

@@ -11,15 +11,15 @@ from psycopg import sql
 
 from tests.conftest import make_workspace
 from tests.engine import seed
-from tickwork.config import Settings
-from tickwork.db import (
+from tickwork.platform.config import Settings
+from tickwork.platform.db import (
     API_LOGIN_ROLE,
     connect,
     local_api_login,
     local_api_password,
     provision_api_login,
 )
-from tickwork.errors import ForbiddenError
+from tickwork.platform.errors import ForbiddenError
 from tickwork.tenancy import authorize, tenant_transaction
 from tickwork.workspaces import add_member
 

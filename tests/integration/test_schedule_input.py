@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from uuid import uuid4
 
 import psycopg
 import pytest
 
-from tickwork import actions
-from tickwork.actions import PAYLOAD_MAX_BYTES, NewAction
-from tickwork.errors import (
+from tickwork.actions import model, scheduling
+from tickwork.actions.model import PAYLOAD_MAX_BYTES, NewAction
+from tickwork.platform.errors import (
     InputError,
     InvalidTimeError,
     InvalidTimezoneError,
+    NotFoundError,
     PastTimeError,
     PayloadTooLargeError,
     UnknownActionTypeError,
 )
-from tickwork.wallclock import parse_wall_time
+from tickwork.platform.wallclock import parse_wall_time
 
 
 def rows(conn) -> int:
@@ -28,7 +30,7 @@ def attempt(conn, workspace, settings, now, **fields):
     values = {"action_type": "webhook", "target_key": "primary",
               "publish_at": now + timedelta(hours=1), "payload": {}}  # fmt: skip
     values.update(fields)
-    return actions.schedule(conn, workspace, NewAction(**values), settings, now)
+    return scheduling.schedule(conn, workspace, NewAction(**values), settings, now)
 
 
 @pytest.mark.parametrize(
@@ -69,7 +71,7 @@ def test_a_time_within_the_grace_period_is_accepted(conn, workspace, settings, n
 def test_a_payload_exactly_at_the_bound_is_accepted(conn, workspace, settings, now):
     # {"blob": "..."} is 12 bytes of framing around the string
     payload = {"blob": "x" * (PAYLOAD_MAX_BYTES - 12)}
-    assert actions.payload_size(payload) == PAYLOAD_MAX_BYTES
+    assert model.payload_size(payload) == PAYLOAD_MAX_BYTES
     attempt(conn, workspace, settings, now, payload=payload)
     assert rows(conn) == 1
 
@@ -129,9 +131,6 @@ def test_the_database_refuses_an_invalid_workspace_zone(conn):
 
 
 def test_an_unknown_workspace_is_not_found(conn, settings, now):
-    from uuid import uuid4
-
-    from tickwork.errors import NotFoundError
 
     with pytest.raises(NotFoundError):
         attempt(conn, uuid4(), settings, now)

@@ -3,8 +3,8 @@ last_error, the ledger's excerpt, the change log's reason and a paused schedule'
 
 from __future__ import annotations
 
-from tickwork import migrate
-from tickwork.db import connect
+from tickwork.platform import migrate
+from tickwork.platform.db import connect
 
 OLD = "HTTP 400 from http://127.0.0.1:8080: denied for svc_billing sk_live_4eC39HqLyjWDarjtT1zdp7dc"
 GAVE_UP = "HTTP 500 from https://hooks.example.com: <h1>oops</h1> (gave up after 5 attempts)"

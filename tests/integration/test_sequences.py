@@ -22,8 +22,9 @@ from tests.sequence_helpers import (
     sent,
     sms_step,
 )
-from tickwork import actions
-from tickwork.db import connect
+from tickwork.actions import model, scheduling, store
+from tickwork.engine.admission import claim_admitted
+from tickwork.platform.db import connect
 from tickwork.rules import metering
 from tickwork.rules.templating import JsonTemplate
 from tickwork.runtime import Runtime
@@ -158,10 +159,10 @@ def test_an_exit_after_the_claim_lets_the_step_go_and_says_so(conn, workspace, e
     eid = enroll(conn, workspace, drip, "ann", {}, engine.settings, now).enrollment.id
     [(_, step)] = enrollment_actions(conn, eid)
     # A dispatcher claimed the step; the exit arrives before it finalizes
-    [claimed] = actions.claim(conn, "sms", [step.id], early_tolerance=1)
+    [claimed] = claim_admitted(conn, "sms", [step.id], early_tolerance=1)
     exited = exit_enrollment(conn, workspace, eid, "unsubscribed", "alice")
     assert exited.exit_outcome == "in_flight"
-    actions.finalize(conn, [actions.published(claimed.id, "p-1")])
+    store.finalize(conn, [model.published(claimed.id, "p-1")])
     advance_ready(conn, engine.settings, datetime.now(UTC))
     assert [a.status for _, a in enrollment_actions(conn, eid)] == ["published"]
     [change] = conn.execute("select kind, reason from action_changes").fetchall()
@@ -183,9 +184,9 @@ def test_an_exit_racing_a_steps_dispatch_is_either_cancelled_or_sent(
         def dispatcher(action_id=step.id, barrier=barrier) -> None:
             with connect(database_url) as own:
                 barrier.wait()
-                claimed = actions.claim(own, "sms", [action_id], early_tolerance=1)
+                claimed = claim_admitted(own, "sms", [action_id], early_tolerance=1)
                 if claimed:
-                    actions.finalize(own, [actions.published(action_id, "p")])
+                    store.finalize(own, [model.published(action_id, "p")])
 
         def exiter(enrollment_id=eid, barrier=barrier) -> None:
             with connect(database_url) as own:
@@ -247,7 +248,7 @@ def test_a_step_moved_by_a_person_is_followed_not_skipped(conn, workspace, engin
                     [sms_step("a", delay_seconds=3600), sms_step("b")])  # fmt: skip
     eid = enroll(conn, workspace, drip, "ann", {}, engine.settings, now).enrollment.id
     [(_, a)] = enrollment_actions(conn, eid)
-    _, moved = actions.reschedule(conn, workspace, a.id, now + timedelta(hours=2),
+    _, moved = scheduling.reschedule(conn, workspace, a.id, now + timedelta(hours=2),
                                   engine.settings, now)  # fmt: skip
     assert moved is not None
     advance_ready(conn, engine.settings, datetime.now(UTC))

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from tests.integration.test_query_plans import index_scans, plan_of, seq_scans
-from tickwork.sql import query
+from tickwork.platform.sql import query
 
 
 @pytest.fixture

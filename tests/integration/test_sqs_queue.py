@@ -16,11 +16,11 @@ from tests.conftest import make_workspace
 from tests.engine import seed, statuses
 from tests.handlers import FakeLambdaContext, load_handler
 from tickwork import runtime as runtime_slot
-from tickwork.config import MAX_ROWS_PER_MESSAGE, ActionTypeConfig, Settings
-from tickwork.queues.port import OutgoingMessage, VisibilityChange, decode_body
-from tickwork.queues.sqs import SqsQueues
+from tickwork.engine.tick import run_tick
+from tickwork.platform.config import MAX_ROWS_PER_MESSAGE, ActionTypeConfig, Settings
+from tickwork.platform.queues.port import OutgoingMessage, VisibilityChange, decode_body
+from tickwork.platform.queues.sqs import SqsQueues
 from tickwork.runtime import Runtime
-from tickwork.tick import run_tick
 
 
 @pytest.fixture

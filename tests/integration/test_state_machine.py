@@ -6,13 +6,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
+import psycopg
 import pytest
 
-from tickwork import actions
-from tickwork.actions import Action, NewAction
-from tickwork.config import Settings
-from tickwork.db import Connection
-from tickwork.errors import ConflictError
+from tests.conftest import make_workspace
+from tickwork.actions import model, scheduling, store
+from tickwork.actions.model import Action, NewAction
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection, connect
+from tickwork.platform.errors import ConflictError
+from tickwork.platform.queues.enqueue import mark_due
 
 STATES = ("queued", "submitted", "published", "failed", "cancelled")
 
@@ -31,7 +34,7 @@ def new_action(publish_at: datetime | None = None, **overrides: object) -> NewAc
 def fetch(conn: Connection, action_id: UUID) -> Action:
     row = conn.execute("select workspace_id from scheduled_actions where id = %s", (action_id,))
     workspace_id = row.fetchone()[0]
-    found = actions.get(conn, workspace_id, action_id)
+    found = store.get(conn, workspace_id, action_id)
     assert found is not None
     return found
 
@@ -40,18 +43,18 @@ def put_in_state(
     conn: Connection, workspace: UUID, settings: Settings, state: str, **overrides: object
 ) -> Action:
     """Drive a new row to `state` through the state machine itself."""
-    row = actions.schedule(conn, workspace, new_action(**overrides), settings, datetime.now(UTC))
+    row = scheduling.schedule(conn, workspace, new_action(**overrides), settings, datetime.now(UTC))
     action = row.action
     if state == "queued":
         return action
     if state == "cancelled":
-        assert actions.cancel(conn, workspace, action.id).changed
+        assert store.cancel(conn, workspace, action.id).changed
         return fetch(conn, action.id)
-    assert actions.claim(conn, "webhook", [action.id])
+    assert store.claim(conn, "webhook", [action.id])
     if state == "published":
-        actions.finalize(conn, [actions.published(action.id, "prov-1")])
+        store.finalize(conn, [model.published(action.id, "prov-1")])
     elif state == "failed":
-        actions.finalize(conn, [actions.failed(action.id, "provider_rejected", "400 bad")])
+        store.finalize(conn, [model.failed(action.id, "provider_rejected", "400 bad")])
     return fetch(conn, action.id)
 
 
@@ -61,7 +64,9 @@ def put_in_state(
 def test_schedule_inserts_a_queued_row(conn, workspace, settings, now):
     # Given a valid new action
     # When it is scheduled
-    result = actions.schedule(conn, workspace, new_action(now + timedelta(hours=1)), settings, now)
+    result = scheduling.schedule(
+        conn, workspace, new_action(now + timedelta(hours=1)), settings, now
+    )
     # Then a queued row exists with the time in UTC
     assert result.created
     assert result.action.status == "queued"
@@ -72,13 +77,13 @@ def test_schedule_inserts_a_queued_row(conn, workspace, settings, now):
 
 def test_claim_then_publish(conn, workspace, settings):
     action = put_in_state(conn, workspace, settings, "queued")
-    claimed = actions.claim(conn, "webhook", [action.id])
+    claimed = store.claim(conn, "webhook", [action.id])
     assert [a.id for a in claimed] == [action.id]
     assert claimed[0].status == "submitted"
     assert claimed[0].attempt_count == 1
     assert fetch(conn, action.id).submitted_at is not None
 
-    applied = actions.finalize(conn, [actions.published(action.id, "msg-42")])
+    applied = store.finalize(conn, [model.published(action.id, "msg-42")])
     assert applied == {action.id: "published"}
     row = fetch(conn, action.id)
     assert (row.status, row.provider_id, row.error_code) == ("published", "msg-42", None)
@@ -100,13 +105,13 @@ def test_a_wave_of_outcomes_stores_any_text_exactly(conn, workspace, settings):
     """The finalize sends each column as one array literal: quotes, backslashes, commas,
     braces, the word NULL and an empty string come back as they were sent."""
     rows = [put_in_state(conn, workspace, settings, "queued") for _ in range(len(AWKWARD_TEXT) + 1)]
-    claimed = actions.claim(conn, "webhook", [row.id for row in rows])
+    claimed = store.claim(conn, "webhook", [row.id for row in rows])
     assert {a.id for a in claimed} == {row.id for row in rows}
     outcomes = [
-        actions.published(row.id, text) for row, text in zip(rows, AWKWARD_TEXT, strict=False)
+        model.published(row.id, text) for row, text in zip(rows, AWKWARD_TEXT, strict=False)
     ]
-    outcomes.append(actions.failed(rows[-1].id, "provider_rejected", AWKWARD_TEXT[1]))
-    applied = actions.finalize(conn, outcomes)
+    outcomes.append(model.failed(rows[-1].id, "provider_rejected", AWKWARD_TEXT[1]))
+    applied = store.finalize(conn, outcomes)
     assert len(applied) == len(rows)
     for row, text in zip(rows, AWKWARD_TEXT, strict=False):
         assert fetch(conn, row.id).provider_id == text
@@ -116,7 +121,7 @@ def test_a_wave_of_outcomes_stores_any_text_exactly(conn, workspace, settings):
 
 def test_claim_then_fail(conn, workspace, settings):
     action = put_in_state(conn, workspace, settings, "submitted")
-    actions.finalize(conn, [actions.failed(action.id, "provider_rejected", "400: bad number")])
+    store.finalize(conn, [model.failed(action.id, "provider_rejected", "400: bad number")])
     row = fetch(conn, action.id)
     assert (row.status, row.error_code, row.last_error) == (
         "failed",
@@ -129,7 +134,7 @@ def test_claim_then_fail(conn, workspace, settings):
 def test_requeue_counts_the_attempt_and_sets_next_attempt(conn, workspace, settings, now):
     action = put_in_state(conn, workspace, settings, "submitted")
     later = now + timedelta(seconds=30)
-    actions.finalize(conn, [actions.requeued(action.id, later, "429 Too Many Requests")])
+    store.finalize(conn, [model.requeued(action.id, later, "429 Too Many Requests")])
     row = fetch(conn, action.id)
     assert row.status == "queued"
     assert row.next_attempt_at == later
@@ -142,14 +147,14 @@ def test_requeue_counts_the_attempt_and_sets_next_attempt(conn, workspace, setti
 def test_revert_restores_the_attempt_count(conn, workspace, settings):
     action = put_in_state(conn, workspace, settings, "submitted")
     assert fetch(conn, action.id).attempt_count == 1
-    actions.finalize(conn, [actions.reverted(action.id, None, "shutting down before send")])
+    store.finalize(conn, [model.reverted(action.id, None, "shutting down before send")])
     row = fetch(conn, action.id)
     assert (row.status, row.attempt_count, row.submitted_at) == ("queued", 0, None)
 
 
 def test_cancel_a_queued_row(conn, workspace, settings):
     action = put_in_state(conn, workspace, settings, "queued")
-    result = actions.cancel(conn, workspace, action.id)
+    result = store.cancel(conn, workspace, action.id)
     assert result.changed
     assert result.action is not None
     assert result.action.status == "cancelled"
@@ -158,7 +163,7 @@ def test_cancel_a_queued_row(conn, workspace, settings):
 
 def test_retry_a_failed_row_on_the_same_row(conn, workspace, settings):
     action = put_in_state(conn, workspace, settings, "failed")
-    result = actions.retry(conn, workspace, action.id, settings)
+    result = store.retry(conn, workspace, action.id, settings)
     assert result.changed
     row = fetch(conn, action.id)
     assert row.id == action.id
@@ -175,10 +180,10 @@ def test_retry_a_failed_row_on_the_same_row(conn, workspace, settings):
 def test_retry_is_bounded_at_five(conn, workspace, settings):
     action = put_in_state(conn, workspace, settings, "failed")
     for _ in range(5):
-        assert actions.retry(conn, workspace, action.id, settings).changed
-        actions.claim(conn, "webhook", [action.id])
-        actions.finalize(conn, [actions.failed(action.id, "provider_rejected", "still bad")])
-    sixth = actions.retry(conn, workspace, action.id, settings)
+        assert store.retry(conn, workspace, action.id, settings).changed
+        store.claim(conn, "webhook", [action.id])
+        store.finalize(conn, [model.failed(action.id, "provider_rejected", "still bad")])
+    sixth = store.retry(conn, workspace, action.id, settings)
     assert not sixth.changed
     assert sixth.action is not None
     assert (sixth.action.status, sixth.action.manual_retries) == ("failed", 5)
@@ -187,7 +192,7 @@ def test_retry_is_bounded_at_five(conn, workspace, settings):
 def test_reschedule_cancels_and_inserts_with_lineage(conn, workspace, settings, now):
     action = put_in_state(conn, workspace, settings, "queued", thing_id="post-1")
     later = now + timedelta(days=2)
-    cancelled, replacement = actions.reschedule(conn, workspace, action.id, later, settings, now)
+    cancelled, replacement = scheduling.reschedule(conn, workspace, action.id, later, settings, now)
     assert cancelled.changed
     assert replacement is not None
     assert fetch(conn, action.id).status == "cancelled"
@@ -208,7 +213,7 @@ def test_reschedule_is_one_transaction(conn, workspace, settings, now):
     action = put_in_state(conn, workspace, settings, "queued")
     # When rescheduling fails part-way
     with pytest.raises(Exception, match="in the past"):
-        actions.reschedule(conn, workspace, action.id, now - timedelta(days=1), settings, now)
+        scheduling.reschedule(conn, workspace, action.id, now - timedelta(days=1), settings, now)
     # Then the original is still queued and nothing was inserted
     assert fetch(conn, action.id).status == "queued"
     assert conn.execute("select count(*) from scheduled_actions").fetchone()[0] == 1
@@ -220,37 +225,37 @@ Attempt = Callable[[Connection, UUID, Settings, Action], bool]
 
 
 def try_cancel(conn: Connection, ws: UUID, settings: Settings, a: Action) -> bool:
-    return actions.cancel(conn, ws, a.id).changed
+    return store.cancel(conn, ws, a.id).changed
 
 
 def try_retry(conn: Connection, ws: UUID, settings: Settings, a: Action) -> bool:
-    return actions.retry(conn, ws, a.id, settings).changed
+    return store.retry(conn, ws, a.id, settings).changed
 
 
 def try_claim(conn: Connection, ws: UUID, settings: Settings, a: Action) -> bool:
-    return bool(actions.claim(conn, "webhook", [a.id]))
+    return bool(store.claim(conn, "webhook", [a.id]))
 
 
 def try_publish(conn: Connection, ws: UUID, settings: Settings, a: Action) -> bool:
-    return bool(actions.finalize(conn, [actions.published(a.id, "x")]))
+    return bool(store.finalize(conn, [model.published(a.id, "x")]))
 
 
 def try_fail(conn: Connection, ws: UUID, settings: Settings, a: Action) -> bool:
-    return bool(actions.finalize(conn, [actions.failed(a.id, "provider_rejected", "x")]))
+    return bool(store.finalize(conn, [model.failed(a.id, "provider_rejected", "x")]))
 
 
 def try_requeue(conn: Connection, ws: UUID, settings: Settings, a: Action) -> bool:
     later = datetime.now(UTC) + timedelta(minutes=1)
-    return bool(actions.finalize(conn, [actions.requeued(a.id, later, "x")]))
+    return bool(store.finalize(conn, [model.requeued(a.id, later, "x")]))
 
 
 def try_revert(conn: Connection, ws: UUID, settings: Settings, a: Action) -> bool:
-    return bool(actions.finalize(conn, [actions.reverted(a.id, None, "x")]))
+    return bool(store.finalize(conn, [model.reverted(a.id, None, "x")]))
 
 
 def try_reschedule(conn: Connection, ws: UUID, settings: Settings, a: Action) -> bool:
     now = datetime.now(UTC)
-    _, replacement = actions.reschedule(conn, ws, a.id, now + timedelta(hours=1), settings, now)
+    _, replacement = scheduling.reschedule(conn, ws, a.id, now + timedelta(hours=1), settings, now)
     return replacement is not None
 
 
@@ -305,20 +310,19 @@ def test_each_transition_succeeds_from_its_legal_state(conn, workspace, settings
 
 def test_wrong_state_returns_the_row_as_it_is(conn, workspace, settings):
     action = put_in_state(conn, workspace, settings, "published")
-    result = actions.cancel(conn, workspace, action.id)
+    result = store.cancel(conn, workspace, action.id)
     assert not result.changed
     assert result.action is not None
     assert result.action.status == "published"
 
 
 def test_unknown_or_foreign_id_is_not_found(conn, workspace, settings):
-    from tests.conftest import make_workspace
 
     other = make_workspace(conn, "Other")
     action = put_in_state(conn, workspace, settings, "queued")
-    assert not actions.cancel(conn, workspace, uuid4()).found
+    assert not store.cancel(conn, workspace, uuid4()).found
     # another workspace cannot touch the row, and it stays queued
-    assert not actions.cancel(conn, other, action.id).found
+    assert not store.cancel(conn, other, action.id).found
     assert fetch(conn, action.id).status == "queued"
 
 
@@ -326,17 +330,16 @@ def test_claim_skips_rows_not_yet_due(conn, workspace, settings, now):
     future = put_in_state(
         conn, workspace, settings, "queued", publish_at=now + timedelta(minutes=5)
     )
-    assert actions.claim(conn, "webhook", [future.id]) == []
+    assert store.claim(conn, "webhook", [future.id]) == []
     assert fetch(conn, future.id).status == "queued"
 
 
 def test_claim_is_atomic_between_two_claimers(conn, workspace, settings, database_url):
-    from tickwork.db import connect
 
     action = put_in_state(conn, workspace, settings, "queued")
     with connect(database_url) as other:
-        first = actions.claim(conn, "webhook", [action.id])
-        second = actions.claim(other, "webhook", [action.id])
+        first = store.claim(conn, "webhook", [action.id])
+        second = store.claim(other, "webhook", [action.id])
     assert len(first) + len(second) == 1
 
 
@@ -344,18 +347,20 @@ def test_claim_is_atomic_between_two_claimers(conn, workspace, settings, databas
 
 
 def test_one_active_row_per_thing_and_target(conn, workspace, settings, now):
-    actions.schedule(conn, workspace, new_action(thing_id="post-1"), settings, now)
+    scheduling.schedule(conn, workspace, new_action(thing_id="post-1"), settings, now)
     with pytest.raises(ConflictError, match="active action already exists"):
-        actions.schedule(conn, workspace, new_action(thing_id="post-1"), settings, now)
+        scheduling.schedule(conn, workspace, new_action(thing_id="post-1"), settings, now)
     # a different target, or another workspace, is a different (thing, target)
-    actions.schedule(conn, workspace, new_action(thing_id="post-1", target_key="b"), settings, now)
+    scheduling.schedule(
+        conn, workspace, new_action(thing_id="post-1", target_key="b"), settings, now
+    )
     assert conn.execute("select count(*) from scheduled_actions").fetchone()[0] == 2
 
 
 def test_cancelled_row_frees_the_thing_and_target(conn, workspace, settings, now):
-    first = actions.schedule(conn, workspace, new_action(thing_id="post-1"), settings, now)
-    actions.cancel(conn, workspace, first.action.id)
-    second = actions.schedule(conn, workspace, new_action(thing_id="post-1"), settings, now)
+    first = scheduling.schedule(conn, workspace, new_action(thing_id="post-1"), settings, now)
+    store.cancel(conn, workspace, first.action.id)
+    second = scheduling.schedule(conn, workspace, new_action(thing_id="post-1"), settings, now)
     assert second.created
 
 
@@ -364,10 +369,9 @@ def test_publish_guard_refuses_an_active_row_beside_a_published_sibling(
 ):
     put_in_state(conn, workspace, settings, "published", thing_id="post-1")
     with pytest.raises(ConflictError, match="already published") as raised:
-        actions.schedule(conn, workspace, new_action(thing_id="post-1"), settings, now)
+        scheduling.schedule(conn, workspace, new_action(thing_id="post-1"), settings, now)
     assert raised.value.details["constraint"] == "scheduled_actions_publish_guard"
     # the raw SQLSTATE is 23505, as the playbook's guard
-    import psycopg
 
     with pytest.raises(psycopg.errors.UniqueViolation):
         conn.execute(
@@ -381,7 +385,7 @@ def test_publish_guard_refuses_retry_of_a_failed_sibling(conn, workspace, settin
     failed = put_in_state(conn, workspace, settings, "failed", thing_id="post-1")
     put_in_state(conn, workspace, settings, "published", thing_id="post-1")
     with pytest.raises(ConflictError, match="already published"):
-        actions.retry(conn, workspace, failed.id, settings)
+        store.retry(conn, workspace, failed.id, settings)
     assert fetch(conn, failed.id).status == "failed"
 
 
@@ -407,7 +411,6 @@ def test_publish_guard_leaves_duplicate_history_alone(conn, workspace):
 
 
 def test_due_rows_are_ordered_by_time_then_id(conn, workspace, now):
-    from tickwork.tick import mark_due
 
     # Given many rows sharing one publish_at and a few earlier ones
     same = now - timedelta(seconds=5)
@@ -439,10 +442,9 @@ def test_due_rows_are_ordered_by_time_then_id(conn, workspace, now):
 
 
 def test_every_write_of_a_row_stamps_updated_at(conn, workspace, settings, now):
-    from tickwork.tick import mark_due
 
     # Given a row due now, and a clock read before each write (each in its own transaction)
-    action = actions.schedule(conn, workspace, new_action(now), settings, now).action
+    action = scheduling.schedule(conn, workspace, new_action(now), settings, now).action
 
     def stamped_after(write: Callable[[], object]) -> datetime:
         before = conn.execute("select clock_timestamp()").fetchone()[0]
@@ -458,11 +460,11 @@ def test_every_write_of_a_row_stamps_updated_at(conn, workspace, settings, now):
         assert [row.id for row in mark_due(conn, now, 10, ["webhook"])] == [action.id]
 
     marked = stamped_after(mark)
-    claimed = stamped_after(lambda: actions.claim(conn, "webhook", [action.id]))
+    claimed = stamped_after(lambda: store.claim(conn, "webhook", [action.id]))
     failed = stamped_after(
-        lambda: actions.finalize(conn, [actions.failed(action.id, "provider_rejected", "no")])
+        lambda: store.finalize(conn, [model.failed(action.id, "provider_rejected", "no")])
     )
-    retried = stamped_after(lambda: actions.retry(conn, workspace, action.id, settings))
+    retried = stamped_after(lambda: store.retry(conn, workspace, action.id, settings))
     edited = stamped_after(
         lambda: conn.execute(
             "update scheduled_actions set target_key = 'other' where id = %s", (action.id,)

@@ -9,11 +9,12 @@ from uuid import UUID
 
 from tests.conftest import make_workspace
 from tests.engine import RecordingQueues, row, seed, statuses
-from tickwork.config import ActionTypeConfig, Settings
-from tickwork.db import connect
-from tickwork.queues.memory import InProcessQueue, InProcessQueues, Message
-from tickwork.queues.port import decode_body
-from tickwork.tick import enqueue_soon, run_tick
+from tickwork.engine.tick import run_tick
+from tickwork.platform.config import ActionTypeConfig, Settings
+from tickwork.platform.db import connect
+from tickwork.platform.queues.enqueue import enqueue_soon
+from tickwork.platform.queues.memory import InProcessQueue, InProcessQueues, Message
+from tickwork.platform.queues.port import decode_body
 
 
 def with_types(settings: Settings, **types: ActionTypeConfig) -> Settings:

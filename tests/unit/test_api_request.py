@@ -12,8 +12,8 @@ import pytest
 from tickwork.api import handle
 from tickwork.api.errors import error_json
 from tickwork.api.request import MAX_JSON_DEPTH, check_json, decode_body, parse_body
-from tickwork.errors import BadRequestError, InputError, InvalidTimeError
-from tickwork.wallclock import parse_date, require_aware, resolve_wall_time, to_utc
+from tickwork.platform.errors import BadRequestError, InputError, InvalidTimeError
+from tickwork.platform.wallclock import parse_date, require_aware, resolve_wall_time, to_utc
 
 
 def nested(depth: int) -> object:

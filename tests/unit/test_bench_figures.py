@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from uuid import uuid4
 
-from tickwork.bench import SyncProbe, cpu_times, late_behind_stalls, steal_share
 from tickwork.providers.log import Delivery
+from tools.bench import SyncProbe, cpu_times, late_behind_stalls, steal_share
 
 
 def delivery(due_at: float, lag: float) -> Delivery:

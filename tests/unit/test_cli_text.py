@@ -8,10 +8,11 @@ import pytest
 
 from tickwork.calendar import default_range
 from tickwork.local.demo import render
-from tickwork.local.receiver import ReceivedWebhook, describe
-from tickwork.ops.text import clock, duration, lateness
-from tickwork.queues.memory import InProcessQueue
-from tickwork.wallclock import describe_resolution
+from tickwork.local.receiver import ReceivedWebhook, WebhookReceiver, describe
+from tickwork.local.runner import DEV_WEBHOOK_SECRET
+from tickwork.platform.queues.memory import InProcessQueue
+from tickwork.platform.text import clock, duration, lateness
+from tickwork.platform.wallclock import describe_resolution
 
 
 @pytest.mark.parametrize(
@@ -122,8 +123,6 @@ def test_in_process_redrive_puts_dead_letters_back_with_a_fresh_count():
 
 
 def test_the_local_receiver_refuses_a_fail_once_webhook_once():
-    from tickwork.local.receiver import WebhookReceiver
-    from tickwork.local.runner import DEV_WEBHOOK_SECRET
 
     receiver = WebhookReceiver(DEV_WEBHOOK_SECRET)
     try:

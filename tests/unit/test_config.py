@@ -1,7 +1,7 @@
 import pytest
 
-from tickwork.config import Settings
-from tickwork.errors import ConfigError
+from tickwork.platform.config import Settings
+from tickwork.platform.errors import ConfigError
 
 
 def test_defaults_need_no_environment():

@@ -10,10 +10,10 @@ import pytest
 from aws_lambda_powertools.utilities import parameters
 from moto import mock_aws
 
-from tickwork.config import Settings
-from tickwork.dispatch import DispatchSummary, emit_metrics
-from tickwork.errors import ConfigError
-from tickwork.observability import metrics
+from tickwork.engine.dispatch import DispatchSummary, emit_metrics
+from tickwork.platform.config import Settings
+from tickwork.platform.errors import ConfigError
+from tickwork.platform.observability import metrics
 
 PREFIX = "https://sqs.eu-west-1.amazonaws.com/123456789012/tickwork-prod-"
 TYPES = {"log": {"provider": "log"}, "sms": {"provider": "log"}}

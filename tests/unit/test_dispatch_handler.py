@@ -16,10 +16,10 @@ from aws_lambda_powertools.utilities.batch.exceptions import (
 )
 
 from tests.handlers import FakeLambdaContext
-from tickwork import dispatch
-from tickwork.config import Settings
-from tickwork.dispatch import DispatchResult, DispatchSummary, handle_sqs_event
-from tickwork.queues.memory import InProcessQueues
+from tickwork.engine import dispatch
+from tickwork.engine.dispatch import DispatchResult, DispatchSummary, handle_sqs_event
+from tickwork.platform.config import Settings
+from tickwork.platform.queues.memory import InProcessQueues
 from tickwork.runtime import Runtime
 
 BODY = '{"id": "%s", "type": "log", "due_at": "2026-05-20T09:00:00+00:00"}'

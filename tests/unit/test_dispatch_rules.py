@@ -11,11 +11,12 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from tickwork.actions import Claimed, rows_as
-from tickwork.config import ActionTypeConfig, Settings
-from tickwork.dispatch import backoff_seconds, decide, taking_turns
+from tickwork.actions.model import Claimed
+from tickwork.actions.store import rows_as
+from tickwork.engine.dispatch import backoff_seconds, decide, taking_turns
+from tickwork.platform.config import ActionTypeConfig, Settings
+from tickwork.platform.queues.port import MessageRow, OutgoingMessage, decode_body, doorbells
 from tickwork.providers.base import Ambiguous, Delivered, NotSent, Rejected, Transient
-from tickwork.queues.port import MessageRow, OutgoingMessage, decode_body, doorbells
 
 NOW = datetime(2026, 5, 20, 9, 0, tzinfo=UTC)
 SETTINGS = Settings(max_attempts=5, backoff_base_seconds=2, backoff_cap_seconds=60)

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from tickwork.actions import PAYLOAD_MAX_BYTES
-from tickwork.config import ActionTypeConfig, Settings
-from tickwork.errors import (
+from tickwork.actions.model import PAYLOAD_MAX_BYTES
+from tickwork.intents.store import IntentInput, ValidIntent, validate_intent
+from tickwork.platform.config import ActionTypeConfig, Settings
+from tickwork.platform.errors import (
     InputError,
     InvalidTimeError,
     InvalidTimezoneError,
@@ -18,7 +19,6 @@ from tickwork.errors import (
     UnknownActionTypeError,
     UnknownTargetError,
 )
-from tickwork.intents import IntentInput, ValidIntent, validate_intent
 
 NOW = datetime(2026, 5, 19, 12, 0, tzinfo=UTC)
 SETTINGS = Settings(

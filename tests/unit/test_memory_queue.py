@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime
 from uuid import uuid4
 
 import pytest
 
-from tickwork.queues.memory import InProcessQueue, InProcessQueues, Message
-from tickwork.queues.port import OutgoingMessage, decode_body, retry_visibility
+from tickwork.platform.queues.memory import InProcessQueue, InProcessQueues, Message
+from tickwork.platform.queues.port import OutgoingMessage, decode_body, retry_visibility
 
 
 class Clock:
@@ -116,8 +118,6 @@ def test_redrive_moves_a_message_to_the_dead_letters_after_max_receives():
 
 
 def test_receive_waits_for_a_message_sent_meanwhile():
-    import threading
-    import time
 
     queue = InProcessQueue("q")
     threading.Timer(0.1, lambda: queue.send("late")).start()

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from tickwork.config import Settings
+from tickwork.platform.config import Settings
 from tickwork.providers import FACTORIES
 from tickwork.providers.base import Lookup, lookup_of
 

@@ -7,8 +7,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tickwork.config import ActionTypeConfig, Settings
-from tickwork.errors import InputError
+from tickwork.platform.config import ActionTypeConfig, Settings
+from tickwork.platform.errors import InputError
 from tickwork.recipients.model import (
     Recipient,
     allowed_at,

@@ -8,10 +8,10 @@ from uuid import uuid4
 
 import pytest
 
-from tickwork.actions import Action
-from tickwork.config import ActionTypeConfig, Settings
-from tickwork.errors import InvalidTimezoneError, UnknownActionTypeError
-from tickwork.reconcile import Insert, Intent, Move, Plan, Withdraw, plan_thing
+from tickwork.actions.model import Action
+from tickwork.intents.reconcile import Insert, Intent, Move, Plan, Withdraw, plan_thing
+from tickwork.platform.config import ActionTypeConfig, Settings
+from tickwork.platform.errors import InvalidTimezoneError, UnknownActionTypeError
 
 NOW = datetime(2026, 5, 19, 12, 0, tzinfo=UTC)
 AT_9 = datetime(2026, 5, 20, 9, 0, tzinfo=UTC)

@@ -11,9 +11,9 @@ from uuid import uuid4
 
 import pytest
 
-from tickwork.queues.memory import InProcessQueues
-from tickwork.queues.port import OutgoingMessage, VisibilityChange, decode_body
-from tickwork.queues.shared import (
+from tickwork.platform.queues.memory import InProcessQueues
+from tickwork.platform.queues.port import OutgoingMessage, VisibilityChange, decode_body
+from tickwork.platform.queues.shared import (
     QueueConnection,
     QueueHost,
     QueueService,

@@ -1,7 +1,7 @@
 import pytest
 
-from tickwork import sql
-from tickwork.sql import _parse
+from tickwork.platform import sql
+from tickwork.platform.sql import _parse
 
 
 def test_named_queries_are_split_by_name_lines():

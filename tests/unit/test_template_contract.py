@@ -17,7 +17,7 @@ from cfnlint.decode.cfn_yaml import load as load_yaml
 from samtranslator.parser.parser import Parser
 from samtranslator.translator.translator import Translator
 
-from tickwork.config import ACTION_TYPES_PARAMETER_ENV, ENV_PREFIX, Settings
+from tickwork.platform.config import ACTION_TYPES_PARAMETER_ENV, ENV_PREFIX, Settings
 from tickwork.providers import ProviderRegistry
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ from datetime import UTC, date, datetime, time
 
 import pytest
 
-from tickwork.errors import InvalidTimeError, InvalidTimezoneError
-from tickwork.wallclock import parse_wall_time, require_aware, resolve_wall_time, zone
+from tickwork.platform.errors import InvalidTimeError, InvalidTimezoneError
+from tickwork.platform.wallclock import parse_wall_time, require_aware, resolve_wall_time, zone
 
 
 def utc(text: str) -> datetime:

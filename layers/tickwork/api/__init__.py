@@ -34,7 +34,7 @@ from tickwork.api import (
 )
 from tickwork.api.request import check_event, decode_body, request_checks
 from tickwork.api.scope import tenancy
-from tickwork.errors import TickworkError
+from tickwork.platform.errors import TickworkError
 
 MAX_BODY_BYTES = 256 * 1024
 OPENAPI_PATH = "/v1/openapi.json"

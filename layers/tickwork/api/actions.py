@@ -10,8 +10,9 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
-from tickwork import actions, calendar, changes
-from tickwork.actions import Action, NewAction
+from tickwork import calendar, changes
+from tickwork.actions import model, scheduling, store
+from tickwork.actions.model import Action, NewAction
 from tickwork.api.models import (
     ActionOut,
     ActionPage,
@@ -25,10 +26,10 @@ from tickwork.api.models import (
 )
 from tickwork.api.scope import RequestScope, scope
 from tickwork.api.sequences_models import ActionDetailOut, AttemptOut, ChangeOut, ResolveOut
-from tickwork.errors import ConflictError, NotFoundError
+from tickwork.engine.resolver import resolve_one
 from tickwork.ledger.attempts import attempts_of
-from tickwork.ledger.resolver import resolve_one
-from tickwork.wallclock import describe_resolution, instant_of
+from tickwork.platform.errors import ConflictError, NotFoundError
+from tickwork.platform.wallclock import describe_resolution, instant_of
 
 router = Router()
 
@@ -76,11 +77,11 @@ def _move(
 ) -> ActionOut:  # fmt: skip
     """Cancel a queued action and schedule its replacement at `publish_at` (lineage kept)."""
     key = _action_id(action_id)
-    transition, replacement = actions.reschedule(
+    transition, replacement = scheduling.reschedule(
         request.conn, request.caller.workspace_id, key, publish_at, request.runtime.settings,
         request.now, source=source, created_by=request.caller.user_id, timezone=timezone,
     )  # fmt: skip
-    actions.expect(transition, key, verb, "queued")
+    model.expect(transition, key, verb, "queued")
     assert replacement is not None
     request.replaced([replacement.id])
     return _out(request, replacement).model_copy(update={"resolved": resolved})
@@ -114,7 +115,7 @@ def create_action(
         transactional=body.transactional,
         timezone=_zone_of(request, body),
     )
-    result = actions.schedule_once(
+    result = scheduling.schedule_once(
         request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
     )
     if result.created:
@@ -167,7 +168,7 @@ def list_actions(
 )
 def get_action(action_id: str, workspace: WorkspaceHeader) -> ActionDetailOut:
     request = scope(router)
-    found = actions.get(request.conn, request.caller.workspace_id, _action_id(action_id))
+    found = store.get(request.conn, request.caller.workspace_id, _action_id(action_id))
     if found is None:
         raise NotFoundError(f"no action {action_id} in this workspace")
     log = changes.changes_of(request.conn, request.caller.workspace_id, found.id)
@@ -187,8 +188,8 @@ def get_action(action_id: str, workspace: WorkspaceHeader) -> ActionDetailOut:
 def cancel_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
     request = scope(router)
     key = _action_id(action_id)
-    transition = actions.cancel(request.conn, request.caller.workspace_id, key)
-    return _out(request, actions.expect(transition, key, "cancelled", "queued", done="cancelled"))
+    transition = store.cancel(request.conn, request.caller.workspace_id, key)
+    return _out(request, model.expect(transition, key, "cancelled", "queued", done="cancelled"))
 
 
 @router.post(
@@ -224,8 +225,8 @@ def retry_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
     request.caller.require_admin("retry an action")
     key = _action_id(action_id)
     settings = request.runtime.settings
-    transition = actions.retry(request.conn, request.caller.workspace_id, key, settings)
-    retried = actions.expect_retried(transition, key)
+    transition = store.retry(request.conn, request.caller.workspace_id, key, settings)
+    retried = model.expect_retried(transition, key)
     # Back to queued on the same row: it counts as active again, but it is no new action.
     request.added_actions()
     request.hand_over([retried.id])
@@ -241,7 +242,7 @@ def resolve_action(action_id: str, workspace: WorkspaceHeader) -> ResolveOut:
     request = scope(router)
     request.caller.require_admin("resolve an action")
     key = _action_id(action_id)
-    found = actions.get(request.conn, request.caller.workspace_id, key)
+    found = store.get(request.conn, request.caller.workspace_id, key)
     if found is None:
         raise NotFoundError(f"no action {action_id} in this workspace")
     result = resolve_one(request.conn, request.runtime, found)
@@ -251,6 +252,6 @@ def resolve_action(action_id: str, workspace: WorkspaceHeader) -> ResolveOut:
         )
     if result.verdict == "requeued":
         request.hand_over([key])
-    after = actions.get(request.conn, request.caller.workspace_id, key)
+    after = store.get(request.conn, request.caller.workspace_id, key)
     assert after is not None
     return ResolveOut(verdict=result.verdict, detail=result.detail, action=_out(request, after))

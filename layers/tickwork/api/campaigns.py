@@ -9,7 +9,6 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
-from tickwork import paging
 from tickwork.api.models import responses
 from tickwork.api.scope import RequestScope, scope
 from tickwork.api.sequences_models import (
@@ -20,7 +19,8 @@ from tickwork.api.sequences_models import (
     EnrollmentOut,
     EnrollmentPage,
 )
-from tickwork.errors import NotFoundError
+from tickwork.platform import paging
+from tickwork.platform.errors import NotFoundError
 from tickwork.sequences import store
 from tickwork.sequences.model import CampaignInput
 

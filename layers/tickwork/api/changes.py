@@ -12,7 +12,7 @@ from tickwork import changes
 from tickwork.api.models import responses
 from tickwork.api.scope import scope
 from tickwork.api.sequences_models import ChangeKind, ChangeOut, ChangePage
-from tickwork.errors import InputError
+from tickwork.platform.errors import InputError
 from tickwork.sequences.store import get_enrollment
 
 router = Router()

@@ -22,7 +22,7 @@ from tickwork.api.connection_models import (
 from tickwork.api.models import responses
 from tickwork.api.scope import RequestScope, scope
 from tickwork.connections.secrets import SecretStoreError
-from tickwork.observability import logger
+from tickwork.platform.observability import logger
 from tickwork.providers import outbound_policy
 from tickwork.providers.base import ProviderError, Verified, Via
 from tickwork.providers.catalog import check_connection, unmasked_settings, url_settings

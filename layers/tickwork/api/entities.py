@@ -13,7 +13,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Header
 from tickwork.api.models import responses
 from tickwork.api.rules_models import DatesIn, EntityOut
 from tickwork.api.scope import scope
-from tickwork.errors import InputError, NotFoundError
+from tickwork.platform.errors import InputError, NotFoundError
 from tickwork.rules import entities
 from tickwork.rules.entities import EntityInput
 

@@ -11,7 +11,6 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header
 
-from tickwork import intents
 from tickwork.api.models import (
     ActionOut,
     IntentIn,
@@ -21,9 +20,10 @@ from tickwork.api.models import (
     responses,
 )
 from tickwork.api.scope import RequestScope, scope
-from tickwork.errors import NotFoundError
-from tickwork.intents import IntentInput, IntentResult, IntentView
-from tickwork.wallclock import describe_resolution, local_rendering
+from tickwork.intents import store as intents
+from tickwork.intents.store import IntentInput, IntentResult, IntentView
+from tickwork.platform.errors import NotFoundError
+from tickwork.platform.wallclock import describe_resolution, local_rendering
 
 router = Router()
 

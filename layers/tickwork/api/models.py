@@ -18,8 +18,8 @@ from pydantic import (
     model_validator,
 )
 
-from tickwork.actions import Action
-from tickwork.wallclock import local_rendering, to_utc
+from tickwork.actions.model import Action
+from tickwork.platform.wallclock import local_rendering, to_utc
 
 _RFC3339_START = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
 

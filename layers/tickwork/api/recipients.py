@@ -13,7 +13,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 from tickwork.api.models import responses
 from tickwork.api.scope import RequestScope, scope
 from tickwork.api.sequences_models import RecipientIn, RecipientOut, RecipientPage
-from tickwork.db import Connection
+from tickwork.platform.db import Connection
 from tickwork.recipients import store
 from tickwork.recipients.model import local_day
 from tickwork.recipients.store import RecipientInput, StoredRecipient

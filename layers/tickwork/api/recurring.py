@@ -11,7 +11,7 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 
-from tickwork import paging, quotas, recurring
+from tickwork import quotas
 from tickwork.api.models import ActionOut, responses
 from tickwork.api.recurring_models import (
     CreateSchedule,
@@ -22,10 +22,12 @@ from tickwork.api.recurring_models import (
     ScheduleStatus,
 )
 from tickwork.api.scope import RequestScope, scope
-from tickwork.errors import InputError, InvalidTimeError, NotFoundError
-from tickwork.observability import logger
-from tickwork.recurrence import Occurrence
-from tickwork.recurring import NewSchedule, Schedule, ScheduleChanges, ScheduleCursor
+from tickwork.platform import paging
+from tickwork.platform.errors import InputError, InvalidTimeError, NotFoundError
+from tickwork.platform.observability import logger
+from tickwork.recurring import store as recurring
+from tickwork.recurring.recurrence import Occurrence
+from tickwork.recurring.store import NewSchedule, Schedule, ScheduleChanges, ScheduleCursor
 
 router = Router()
 

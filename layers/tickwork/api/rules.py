@@ -10,11 +10,11 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
-from tickwork import paging
 from tickwork.api.models import responses
 from tickwork.api.rules_models import RuleIn, RuleOut, RulePage, RulePatch
 from tickwork.api.scope import scope
-from tickwork.errors import NotFoundError
+from tickwork.platform import paging
+from tickwork.platform.errors import NotFoundError
 from tickwork.rules import store
 from tickwork.rules.model import RuleInput
 from tickwork.rules.store import RuleChanges, RuleCursor

@@ -12,11 +12,11 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, Field
 
 from tickwork.api.models import ActionOut, Instant, Strict
+from tickwork.platform.wallclock import zone
 from tickwork.rules.conditions import OPS
 from tickwork.rules.entities import Entity, EntityResult, EntityView
 from tickwork.rules.model import ActionTemplate, ProduceResult, Rule, Trigger
 from tickwork.rules.produce import RuleRow
-from tickwork.wallclock import zone
 
 ConditionOp = Literal[
     "eq", "ne", "in", "not_in", "exists", "missing", "gt", "gte", "lt", "lte", "contains"

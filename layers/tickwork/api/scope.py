@@ -22,12 +22,12 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 
 from tickwork import quotas, runtime
-from tickwork.db import Connection
-from tickwork.errors import AuthenticationError, BadRequestError
+from tickwork.platform.db import Connection
+from tickwork.platform.errors import AuthenticationError, BadRequestError
+from tickwork.platform.queues.enqueue import enqueue_soon
+from tickwork.platform.wallclock import utcnow
 from tickwork.runtime import Runtime
 from tickwork.tenancy import Caller, authorize, tenant_transaction
-from tickwork.tick import enqueue_soon
-from tickwork.wallclock import utcnow
 
 WORKSPACE_HEADER = "x-workspace-id"
 _KEY = "tickwork_scope"

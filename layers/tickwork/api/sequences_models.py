@@ -12,16 +12,16 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
 
-from tickwork.actions import Action
+from tickwork.actions.model import Action
 from tickwork.api.models import ActionOut, Instant, Strict
 from tickwork.api.rules_models import ActionTemplateIn, ConditionIn
 from tickwork.changes import Change
 from tickwork.forecast import Bucket
 from tickwork.ledger.attempts import AttemptRow
+from tickwork.platform.wallclock import local_rendering
 from tickwork.recipients.store import StoredRecipient
 from tickwork.sequences.model import Campaign, Enrollment
 from tickwork.sequences.store import exit_outcome
-from tickwork.wallclock import local_rendering
 
 ChangeKind = Literal["cancel", "reschedule", "defer", "quiet_hours", "skip", "drop", "exit"]
 

@@ -20,7 +20,7 @@ from tickwork.api.models import (
     responses,
 )
 from tickwork.api.scope import scope
-from tickwork.wallclock import local_rendering, zone
+from tickwork.platform.wallclock import local_rendering, zone
 
 router = Router()
 

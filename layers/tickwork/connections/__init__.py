@@ -20,11 +20,11 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from tickwork.connections.secrets import SecretStore, SecretStoreError
-from tickwork.db import Connection as Db
-from tickwork.db import storable
-from tickwork.errors import ConflictError, InputError, NotFoundError
+from tickwork.platform.db import Connection as Db
+from tickwork.platform.db import storable
+from tickwork.platform.errors import ConflictError, InputError, NotFoundError
+from tickwork.platform.sql import query
 from tickwork.providers.base import Outcome, Rejected, Transient, Via
-from tickwork.sql import query
 
 Status = Literal["active", "disabled", "deleted"]
 MAX_LIST = 500

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from tickwork.errors import TickworkError
+from tickwork.platform.errors import TickworkError
 
 
 class SecretStoreError(TickworkError):
@@ -102,7 +102,7 @@ class SecretsManagerStore:
 
     def client(self) -> Any:
         if self._client is None:
-            import boto3
+            import boto3  # noqa: PLC0415 - lazy: boto3 loads only where AWS is called (cold start)
 
             self._client = boto3.client("secretsmanager")
         return self._client
@@ -111,7 +111,7 @@ class SecretsManagerStore:
         return f"{self.prefix}/connections/{connection_id}"
 
     def put(self, ref: str, values: dict[str, str]) -> None:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - lazy: botocore loads only where AWS is called (cold start)
 
         text = json.dumps(values)
         try:
@@ -125,7 +125,7 @@ class SecretsManagerStore:
             raise SecretStoreError("the credentials could not be stored; try again") from exc
 
     def get(self, ref: str) -> dict[str, str]:
-        from aws_lambda_powertools.utilities import parameters
+        from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415 - lazy: Parameters builds boto3 clients (cold start)
 
         if self._reader is None:
             # Powertools' provider keeps the cache (max_age) for this store's reads.
@@ -139,7 +139,7 @@ class SecretsManagerStore:
         return _strings(value)
 
     def delete(self, ref: str) -> None:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - lazy: botocore loads only where AWS is called (cold start)
 
         try:
             self.client().delete_secret(SecretId=ref, ForceDeleteWithoutRecovery=True)

@@ -10,8 +10,8 @@ from uuid import UUID
 
 from psycopg.rows import class_row
 
-from tickwork.db import Connection
-from tickwork.sql import query
+from tickwork.platform.db import Connection
+from tickwork.platform.sql import query
 
 _ATTEMPTS = query("attempts_of_actions")
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import jwt
 
-from tickwork.errors import AuthenticationError
 from tickwork.local.paths import data_dir, jwt_key_file
+from tickwork.platform.errors import AuthenticationError
 
 ISSUER = "tickwork-local"
 AUDIENCE = "tickwork"

@@ -13,10 +13,10 @@ from uuid import uuid4
 import httpx
 
 from tickwork import workspaces
-from tickwork.db import Connection
 from tickwork.local.auth import LocalJwt
-from tickwork.ops.text import clock, duration, lateness
-from tickwork.wallclock import utcnow
+from tickwork.platform.db import Connection
+from tickwork.platform.text import clock, duration, lateness
+from tickwork.platform.wallclock import utcnow
 
 DEMO_WORKSPACE = "Demo"
 DEMO_USER = "demo-admin"

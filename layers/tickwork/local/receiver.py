@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from tickwork.local.loopback import LoopbackServer
-from tickwork.ops.text import clock, lateness
+from tickwork.platform.text import clock, lateness
 from tickwork.providers.webhook import decode_secret, verify
 
 

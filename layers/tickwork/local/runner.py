@@ -23,24 +23,27 @@ import multiprocessing
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from multiprocessing.queues import SimpleQueue
 from typing import Any, TypeVar
 
-from tickwork import migrate, runtime, tick
-from tickwork.config import DEFAULT_ACTION_TYPES, ActionTypeConfig, Settings
+from tickwork import runtime
 from tickwork.connections.secrets import MemorySecretStore, SecretStore
-from tickwork.db import Database, SessionLimits, connect, local_api_login
+from tickwork.engine import tick
 from tickwork.local import handlers
 from tickwork.local.api_server import ApiServer
 from tickwork.local.auth import LocalJwt
 from tickwork.local.errors import PortInUseError
+from tickwork.local.handlers import quiet_powertools
 from tickwork.local.receiver import ReceivedWebhook, WebhookReceiver
 from tickwork.local.sandbox import Arrival, ProviderSandbox, sandbox_action_types
-from tickwork.observability import logger
+from tickwork.local.tick_process import TickProcessSpec, run_ticks
+from tickwork.platform import migrate
+from tickwork.platform.config import DEFAULT_ACTION_TYPES, ActionTypeConfig, Settings
+from tickwork.platform.db import Database, SessionLimits, connect, local_api_login
+from tickwork.platform.queues.memory import InProcessQueue, InProcessQueues, Message
+from tickwork.platform.queues.shared import QueueHost, QueueService
 from tickwork.providers import ProviderRegistry
-from tickwork.queues.memory import InProcessQueue, InProcessQueues, Message
 
 log = logging.getLogger("tickwork.local")
 
@@ -67,16 +70,6 @@ CRONS = ("tick", "expander", "reconciler", "resolver")
 # runtime's CPU in `make bench`. Rarer passes; reference counting still frees at once
 # everything that is not a cycle.
 GC_THRESHOLDS = (100_000, 50, 100)
-
-
-def quiet_powertools() -> None:
-    """Locally, EMF metrics and X-Ray have nowhere to go; logs only above INFO."""
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-    os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
-    logger.setLevel(os.environ["POWERTOOLS_LOG_LEVEL"])
-    # With metrics off, every handler invocation would warn that it had none to publish.
-    warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 
 def dev_action_types(
@@ -365,8 +358,6 @@ class TickChild:
     runtime's queues; its summaries are appended to the runtime's `ticks`."""
 
     def __init__(self, local: LocalRuntime) -> None:
-        from tickwork.local.tick_process import TickProcessSpec, run_ticks
-        from tickwork.queues.shared import QueueHost, QueueService
 
         context = multiprocessing.get_context("spawn")  # no fork of a threaded process
         self.host = QueueHost(QueueService(local.queues)).start()

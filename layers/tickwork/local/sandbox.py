@@ -26,6 +26,23 @@ from urllib.parse import parse_qs
 
 from tickwork.local.loopback import LoopbackServer
 
+# Answers that do not depend on the request: the connection checks and a session refresh.
+FIXED_ANSWERS: dict[str, dict[str, Any]] = {
+    "/postmark/server": {"ID": 1, "Name": "Local sandbox"},
+    "/slack/api/auth.test": {"ok": True, "team": "Local sandbox", "user": "tickwork"},
+    "/mastodon/api/v1/accounts/verify_credentials": {
+        "id": "1",
+        "username": "local",
+        "acct": "local",
+    },
+    "/bluesky/xrpc/com.atproto.server.refreshSession": {
+        "did": "did:plc:localsandbox",
+        "handle": "local.bsky.social",
+        "accessJwt": "local-access",
+        "refreshJwt": "local-refresh",
+    },
+}
+
 
 @dataclass(frozen=True)
 class Arrival:
@@ -108,6 +125,8 @@ class ProviderSandbox:
             body = {}
         form = {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
         now = datetime.now(UTC).isoformat()
+        if path in FIXED_ANSWERS:
+            return 200, FIXED_ANSWERS[path]
         if path == "/postmark/email":
             summary = f"to {_short(body.get('To'), 40)}: {_short(body.get('Subject'))}"
             meta = body.get("Metadata") or {}
@@ -120,8 +139,6 @@ class ProviderSandbox:
                                      "Status": "Sent"})  # fmt: skip
             return 200, {"To": body.get("To"), "SubmittedAt": now, "MessageID": message_id,
                          "ErrorCode": 0, "Message": "OK"}  # fmt: skip
-        if path == "/postmark/server":
-            return 200, {"ID": 1, "Name": "Local sandbox"}
         if re.fullmatch(r"/twilio/2010-04-01/Accounts/[^/]+/Messages\.json", path):
             self._arrived("sms", f"to {form.get('To')}: {_short(form.get('Body'))}", None)
             return 201, {"sid": "SM" + uuid.uuid4().hex, "status": "queued", "to": form.get("To")}
@@ -138,20 +155,13 @@ class ProviderSandbox:
                                     "text": body.get("text"), "thread_ts": body.get("thread_ts"),
                                     "metadata": body.get("metadata")})  # fmt: skip
             return 200, {"ok": True, "channel": body.get("channel"), "ts": ts}
-        if path == "/slack/api/auth.test":
-            return 200, {"ok": True, "team": "Local sandbox", "user": "tickwork"}
         if path == "/mastodon/api/v1/statuses":
             text = body.get("status") or form.get("status")
             self._arrived("mastodon", f"posted: {_short(text)}", None)
             return 200, {"id": str(next(self._ids)), "content": text, "created_at": now,
                          "url": f"{self.url}/mastodon/@local/{next(self._ids)}"}  # fmt: skip
-        if path == "/mastodon/api/v1/accounts/verify_credentials":
-            return 200, {"id": "1", "username": "local", "acct": "local"}
         if path == "/bluesky/xrpc/com.atproto.server.createSession":
             return 200, {"did": "did:plc:localsandbox", "handle": body.get("identifier"),
-                         "accessJwt": "local-access", "refreshJwt": "local-refresh"}  # fmt: skip
-        if path == "/bluesky/xrpc/com.atproto.server.refreshSession":
-            return 200, {"did": "did:plc:localsandbox", "handle": "local.bsky.social",
                          "accessJwt": "local-access", "refreshJwt": "local-refresh"}  # fmt: skip
         if path == "/bluesky/xrpc/com.atproto.repo.createRecord":
             record = body.get("record") or {}

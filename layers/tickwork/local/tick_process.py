@@ -18,6 +18,15 @@ from dataclasses import dataclass
 from multiprocessing.queues import SimpleQueue
 from typing import Any
 
+from tickwork import runtime
+from tickwork.connections.secrets import MemorySecretStore
+from tickwork.local import handlers
+from tickwork.local.handlers import quiet_powertools
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Database, SessionLimits
+from tickwork.platform.queues.shared import QueueConnection, RemoteQueues
+from tickwork.providers import ProviderRegistry
+
 log = logging.getLogger("tickwork.local")
 
 
@@ -54,14 +63,6 @@ def run_ticks(
 ) -> None:
     """The child's loop: a tick now, then one every `interval` or when `wake` is set; each
     summary goes to `results`, and None when it stops."""
-    from tickwork import runtime
-    from tickwork.config import Settings
-    from tickwork.connections.secrets import MemorySecretStore
-    from tickwork.db import Database, SessionLimits
-    from tickwork.local import handlers
-    from tickwork.local.runner import quiet_powertools
-    from tickwork.providers import ProviderRegistry
-    from tickwork.queues.shared import QueueConnection, RemoteQueues
 
     # Its sessions name it in pg_stat_activity (libpq reads PGAPPNAME).
     os.environ.setdefault("PGAPPNAME", "tickwork-tick")

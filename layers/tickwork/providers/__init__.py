@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tickwork.config import Settings
+from tickwork.platform.config import Settings
 from tickwork.providers.base import Provider, ProviderError
 from tickwork.providers.bluesky import BlueskyProvider
 from tickwork.providers.http import OutboundPolicy, UnsafeDestinationError

@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
-from tickwork.actions import Claimed
+from tickwork.actions.model import Claimed
 
 
 @dataclass(frozen=True)

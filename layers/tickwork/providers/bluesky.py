@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from tickwork.actions import Claimed
+from tickwork.actions.model import Claimed
 from tickwork.providers.base import (
     Absent,
     Ambiguous,

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from tickwork.errors import InputError
+from tickwork.platform.errors import InputError
 from tickwork.providers import bluesky, mastodon, postmark, ses, slack, twilio
 from tickwork.providers.redact import MASK, mask_url
 from tickwork.providers.schema import checked

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextvars
 import ipaddress
+import json
 import re
 import socket
 import ssl
@@ -37,8 +38,8 @@ from typing import Any
 import httpcore
 import httpx
 
-from tickwork.errors import InputError
-from tickwork.observability import logger
+from tickwork.platform.errors import InputError
+from tickwork.platform.observability import logger
 from tickwork.providers.addresses import METADATA_ADDRESSES, IPAddress, IPNetwork, refusal
 from tickwork.providers.base import Ambiguous, Outcome, Rejected, Transient
 from tickwork.providers.redact import Redactor, mask_url, sanitize
@@ -297,7 +298,6 @@ class Reply:
 
     def json(self) -> Any:
         """The body as JSON, or None when it is not (or was cut)."""
-        import json
 
         try:
             return json.loads(self.body)

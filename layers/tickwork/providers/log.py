@@ -8,8 +8,9 @@ import time
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from tickwork.actions import Claimed
-from tickwork.observability import logger
+from tickwork.actions.model import Claimed
+from tickwork.platform.observability import logger
+from tickwork.platform.text import clock, lateness
 from tickwork.providers.base import Delivered, Outcome, Via
 
 
@@ -37,8 +38,6 @@ class LogProvider:
         # list.append is atomic: no lock on the path every benchmarked row takes.
         self.deliveries.append(Delivery(action.id, called_at, action.due_at.timestamp()))
         if self.echo:
-            from tickwork.ops.text import clock, lateness
-
             print(
                 f"{clock(called_at)}  {action.action_type} {str(action.id)[:8]}"
                 f"  {action.target_key}  thing={action.thing_id or '-'}  due"

@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tickwork.actions import Claimed
+from tickwork.actions.model import Claimed
 from tickwork.providers.base import (
     Ambiguous,
     Delivered,

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tickwork.actions import Claimed
-from tickwork.observability import logger
+from tickwork.actions.model import Claimed
+from tickwork.platform.observability import logger
 from tickwork.providers import http
 from tickwork.providers.base import (
     Delivered,

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from tickwork.errors import InputError
+from tickwork.platform.errors import InputError
 
 M = TypeVar("M", bound=BaseModel)
 

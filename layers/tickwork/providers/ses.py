@@ -39,7 +39,8 @@ from typing import Any
 import httpx
 from pydantic import Field, field_validator
 
-from tickwork.actions import Claimed
+from tickwork.actions.model import Claimed
+from tickwork.platform.observability import logger
 from tickwork.providers import http
 from tickwork.providers.base import (
     Ambiguous,
@@ -120,8 +121,8 @@ class _Session:
         self.max_body_bytes = max_body_bytes
 
     def send(self, request: Any) -> Any:
-        from botocore.awsrequest import AWSResponse
-        from botocore.compat import HTTPHeaders
+        from botocore.awsrequest import AWSResponse  # noqa: PLC0415 - lazy: botocore loads only where AWS is called (cold start)
+        from botocore.compat import HTTPHeaders  # noqa: PLC0415 - lazy: botocore loads only where AWS is called (cold start)
 
         body = request.body
         if body is not None and not isinstance(body, bytes | str):
@@ -142,7 +143,7 @@ class _Session:
 def outcome_of_error(exc: Exception, redactor: Redactor) -> Outcome:
     if isinstance(exc, httpx.HTTPError | http.UnsafeDestinationError | http.ResolutionTimeoutError):
         return http.outcome_of_error(exc, "SES", redactor)
-    from botocore.exceptions import (
+    from botocore.exceptions import (  # noqa: PLC0415 - lazy: botocore loads only where AWS is called (cold start)
         ClientError,
         ConnectTimeoutError,
         EndpointConnectionError,
@@ -193,8 +194,8 @@ class SesProvider:
 
     def client(self, via: Via) -> Any:
         """One boto3 client per connection and credentials (clients are thread-safe)."""
-        import boto3
-        from botocore.config import Config
+        import boto3  # noqa: PLC0415 - lazy: boto3 loads only where AWS is called (cold start)
+        from botocore.config import Config  # noqa: PLC0415 - lazy: botocore loads only where AWS is called (cold start)
 
         key = hashlib.sha256(
             f"{via.id}:{via.settings['region']}:{via.credentials['access_key_id']}:"
@@ -253,8 +254,6 @@ class SesProvider:
         try:
             answer = self.client(via).send_email(**request)
         except Exception as exc:
-            from tickwork.observability import logger
-
             logger.warning("provider call did not succeed", extra={
                 "provider": "ses", "action_id": str(action.id), "code": _code(exc),
                 "error": redactor.operator(f"{type(exc).__name__}: {exc}")})  # fmt: skip

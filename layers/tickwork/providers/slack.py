@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from tickwork.actions import Claimed
+from tickwork.actions.model import Claimed
 from tickwork.providers.base import (
     Absent,
     Ambiguous,

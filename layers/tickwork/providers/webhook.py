@@ -37,8 +37,8 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from tickwork.actions import Claimed
-from tickwork.errors import InputError
+from tickwork.actions.model import Claimed
+from tickwork.platform.errors import InputError
 from tickwork.providers import http
 from tickwork.providers.base import (
     Absent,
@@ -198,7 +198,7 @@ class WebhookProvider:
             raise ProviderError(f"webhook endpoint {name!r} needs a url")
         secret = spec.get("secret")
         if secret is None and spec.get("secret_arn"):
-            from aws_lambda_powertools.utilities import parameters
+            from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415 - lazy: Parameters builds boto3 clients (cold start)
 
             secret = parameters.get_secret(spec["secret_arn"], max_age=300)
         if not isinstance(secret, str):

@@ -21,9 +21,9 @@ from datetime import date, datetime, time, timedelta
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-from tickwork.config import Settings
-from tickwork.errors import InputError, TickworkError
-from tickwork.wallclock import parse_clock, resolve_wall_time, zone
+from tickwork.platform.config import Settings
+from tickwork.platform.errors import InputError, TickworkError
+from tickwork.platform.wallclock import parse_clock, resolve_wall_time, zone
 
 CapPolicy = Literal["defer", "drop"]
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")

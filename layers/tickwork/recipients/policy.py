@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import replace
 from uuid import UUID
 
-from tickwork.actions import NewAction
-from tickwork.db import Connection
+from tickwork.actions.model import NewAction
+from tickwork.platform.db import Connection
+from tickwork.platform.wallclock import require_aware
 from tickwork.recipients.model import UnknownRecipientError, allowed_at, check_recipient_id
 from tickwork.recipients.store import find_recipient
-from tickwork.wallclock import require_aware
 
 
 def at_creation(conn: Connection, workspace_id: UUID, new: NewAction) -> NewAction:

@@ -12,9 +12,11 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from tickwork import quotas
-from tickwork.config import Settings
-from tickwork.db import Connection, storable
-from tickwork.errors import ConflictError, NotFoundError
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection, storable
+from tickwork.platform.errors import ConflictError, NotFoundError
+from tickwork.platform.sql import query
+from tickwork.platform.wallclock import zone
 from tickwork.quotas import Limits
 from tickwork.recipients.model import (
     Recipient,
@@ -24,8 +26,6 @@ from tickwork.recipients.model import (
     parse_quiet_hours,
     recipient_from_row,
 )
-from tickwork.sql import query
-from tickwork.wallclock import zone
 
 _PUT = query("put_recipient")
 _GET = query("get_recipient")

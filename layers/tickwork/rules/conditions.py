@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tickwork.errors import InputError
+from tickwork.platform.errors import InputError
 
 OPS = ("eq", "ne", "in", "not_in", "exists", "missing", "gt", "gte", "lt", "lte", "contains")
 ORDERED = frozenset({"gt", "gte", "lt", "lte"})
@@ -83,7 +83,11 @@ def _parse_one(item: Any, roots: frozenset[str], field: str) -> Condition:
             f"{field}.op {op!r} is not one of {', '.join(OPS)}", field=f"{field}.op"
         )
     value = item.get("value")
-    where = f"{field}.value"
+    _check_value(op, value, f"{field}.value")
+    return Condition(path, op, value)
+
+
+def _check_value(op: str, value: Any, where: str) -> None:
     if op in ("exists", "missing"):
         if value is not None:
             raise InvalidConditionError(f"{where}: {op} takes no value", field=where)
@@ -99,7 +103,6 @@ def _parse_one(item: Any, roots: frozenset[str], field: str) -> Condition:
             )
     elif not _scalar(value):
         raise InvalidConditionError(f"{where}: {op} compares with a plain value", field=where)
-    return Condition(path, op, value)
 
 
 def lookup(context: Mapping[str, Any], path: str) -> Any:

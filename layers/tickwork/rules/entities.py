@@ -19,10 +19,17 @@ from uuid import UUID
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from tickwork.actions import PAYLOAD_MAX_BYTES, payload_size
-from tickwork.config import Settings
-from tickwork.db import Connection, storable
-from tickwork.errors import InputError, InvalidTimeError, NotFoundError, PayloadTooLargeError
+from tickwork.actions.model import PAYLOAD_MAX_BYTES, payload_size
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection, storable
+from tickwork.platform.errors import (
+    InputError,
+    InvalidTimeError,
+    NotFoundError,
+    PayloadTooLargeError,
+)
+from tickwork.platform.sql import query
+from tickwork.platform.wallclock import check_horizon, require_aware, resolve_wall_time, zone
 from tickwork.rules.events import has_nul
 from tickwork.rules.model import MAX_DATES, NAME, WITHDRAWN, ProduceResult, rule_from_row
 from tickwork.rules.produce import (
@@ -33,8 +40,6 @@ from tickwork.rules.produce import (
     sync_entity,
     withdraw,
 )
-from tickwork.sql import query
-from tickwork.wallclock import check_horizon, require_aware, resolve_wall_time, zone
 
 _TIME_RULES = query("time_rules")
 _UPSERT = query("upsert_entity")

@@ -21,10 +21,12 @@ from zoneinfo import ZoneInfo
 from psycopg.rows import dict_row
 
 from tickwork import quotas
-from tickwork.actions import PAYLOAD_MAX_BYTES, payload_size
-from tickwork.config import Settings
-from tickwork.db import Connection
-from tickwork.errors import InputError, PayloadTooLargeError
+from tickwork.actions.model import PAYLOAD_MAX_BYTES, payload_size
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection
+from tickwork.platform.errors import InputError, PayloadTooLargeError
+from tickwork.platform.sql import query
+from tickwork.platform.wallclock import require_aware
 from tickwork.quotas import Limits
 from tickwork.rules.conditions import first_failing, parse_conditions
 from tickwork.rules.metering import FEW_RENDERS, RenderBudget
@@ -39,8 +41,6 @@ from tickwork.rules.model import (
     rule_from_row,
 )
 from tickwork.rules.produce import Firing, collect, emit_metrics, fire
-from tickwork.sql import query
-from tickwork.wallclock import require_aware
 
 _EVENT_RULES = query("event_rules")
 

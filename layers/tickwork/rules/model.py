@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from tickwork.actions import PAYLOAD_MAX_BYTES, payload_size
-from tickwork.config import Settings
-from tickwork.errors import InputError, PayloadTooLargeError, UnknownActionTypeError
+from tickwork.actions.model import PAYLOAD_MAX_BYTES, payload_size
+from tickwork.platform.config import Settings
+from tickwork.platform.errors import InputError, PayloadTooLargeError, UnknownActionTypeError
 from tickwork.rules.conditions import Condition, parse_conditions
 from tickwork.rules.templating import JsonTemplate, compile_string, is_template
 

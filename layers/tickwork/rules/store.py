@@ -21,9 +21,10 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from tickwork import quotas
-from tickwork.config import Settings
-from tickwork.db import Connection, storable
-from tickwork.errors import InputError, NotFoundError
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection, storable
+from tickwork.platform.errors import InputError, NotFoundError
+from tickwork.platform.sql import query
 from tickwork.quotas import Limits
 from tickwork.rules.entities import load_entity
 from tickwork.rules.metering import MANY_RENDERS, RenderBudget
@@ -38,7 +39,6 @@ from tickwork.rules.model import (
     validate_rule,
 )
 from tickwork.rules.produce import emit_metrics, rule_rows, sync_entity, withdraw
-from tickwork.sql import query
 
 _INSERT = query("insert_rule")
 _GET = query("get_rule")

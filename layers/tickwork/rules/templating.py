@@ -43,7 +43,8 @@ from jinja2.runtime import Context, str_join
 from jinja2.sandbox import SandboxedEnvironment
 from jinja2.utils import pass_environment, pass_eval_context
 
-from tickwork.errors import InputError, TickworkError
+from tickwork.platform.errors import InputError, TickworkError
+from tickwork.platform.wallclock import zone
 from tickwork.rules.metering import (
     MAX_VALUE,
     BudgetExceededError,
@@ -433,7 +434,6 @@ def _tojson(eval_ctx: EvalContext, value: Any, indent: int | None = None) -> Any
 
 def _datetime(value: Any, fmt: str = "%Y-%m-%d %H:%M", tz: str | None = None) -> str:
     """An ISO 8601 instant (as contexts carry them) formatted, optionally in zone `tz`."""
-    from tickwork.wallclock import zone
 
     if len(str(fmt)) > MAX_DATE_FORMAT:  # strftime makes up to 12 times its format
         raise BudgetExceededError(

@@ -9,11 +9,11 @@ from uuid import UUID
 
 from psycopg.rows import dict_row
 
-from tickwork.actions import Claimed
-from tickwork.db import Connection
+from tickwork.actions.model import Claimed
+from tickwork.platform.db import Connection
+from tickwork.platform.sql import query
 from tickwork.rules.conditions import first_failing, parse_conditions
 from tickwork.sequences.model import EXITED, ROOTS, SKIPPED, context
-from tickwork.sql import query
 
 _STEPS = query("steps_of_actions")
 

@@ -26,12 +26,12 @@ from typing import Any, Literal
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from tickwork.actions import PAYLOAD_MAX_BYTES, payload_size
-from tickwork.config import Settings
-from tickwork.errors import InputError, PayloadTooLargeError, UnknownActionTypeError
+from tickwork.actions.model import PAYLOAD_MAX_BYTES, payload_size
+from tickwork.platform.config import Settings
+from tickwork.platform.errors import InputError, PayloadTooLargeError, UnknownActionTypeError
+from tickwork.platform.wallclock import parse_clock, resolve_wall_time
 from tickwork.rules.conditions import Condition, parse_conditions
 from tickwork.rules.templating import JsonTemplate, compile_string, is_template
-from tickwork.wallclock import parse_clock, resolve_wall_time
 
 SOURCE = "sequence"
 ROOTS = frozenset({"data", "recipient", "enrollment"})

@@ -29,12 +29,14 @@ from uuid import UUID
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from tickwork import actions
-from tickwork.actions import Action, NewAction, action_from_row
-from tickwork.config import Settings
-from tickwork.db import Connection, storable
-from tickwork.errors import ConflictError, InputError, NotFoundError
-from tickwork.observability import emit, logger
+from tickwork.actions import model, scheduling, store
+from tickwork.actions.model import Action, NewAction, action_from_row
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection, storable
+from tickwork.platform.errors import ConflictError, InputError, NotFoundError
+from tickwork.platform.observability import emit, logger
+from tickwork.platform.sql import query
+from tickwork.platform.wallclock import require_aware, zone
 from tickwork.recipients.model import check_recipient_id
 from tickwork.recipients.store import find_recipient
 from tickwork.rules.events import has_nul
@@ -53,8 +55,6 @@ from tickwork.sequences.model import (
     steps_from_json,
     validate_campaign,
 )
-from tickwork.sql import query
-from tickwork.wallclock import require_aware, zone
 
 _INSERT_CAMPAIGN = query("insert_campaign")
 _GET_CAMPAIGN = query("get_campaign")
@@ -150,7 +150,7 @@ def _check_data(data: Any) -> dict[str, Any]:
         raise InputError("data must be a JSON object", field="data")
     if has_nul(data):
         raise InputError("data contains a NUL character, which cannot be stored", field="data")
-    if actions.payload_size(data) > MAX_DATA_BYTES:
+    if model.payload_size(data) > MAX_DATA_BYTES:
         raise InputError(f"data is larger than {MAX_DATA_BYTES} bytes", field="data")
     return data
 
@@ -227,7 +227,7 @@ def _make_step(
             recipient_id=enrollment.recipient_id,
         )  # fmt: skip
         with conn.transaction():
-            scheduled = actions.schedule(conn, enrollment.workspace_id, new, settings, now)
+            scheduled = scheduling.schedule(conn, enrollment.workspace_id, new, settings, now)
     except (RenderError, InputError, ConflictError) as exc:
         message = f"step {index} was skipped: {exc.message}"[:2000]
         conn.execute(_RECORD_ERROR, {"id": enrollment.id, "message": message})
@@ -325,7 +325,7 @@ def exit_enrollment(
         exited = enrollment_from_row(row)
         outcome = "none"
         if exited.current_action_id is not None:
-            done = actions.cancel(
+            done = store.cancel(
                 conn, workspace_id, exited.current_action_id, reason=EXITED,
                 message=f"enrollment exited: {reason}",
             )  # fmt: skip

@@ -1,0 +1,1 @@
+"""Scheduled actions: the model and state machine, the store, and scheduling."""

@@ -1,0 +1,1 @@
+"""The engine: tick, dispatch, admission, the resolver, the expander, deploy checks."""

@@ -1,0 +1,817 @@
+"""The dispatcher: claims a batch of rows, calls their provider, records what happened.
+
+One batch of messages costs one claim per wave of rows falling due together (usually one:
+`UPDATE ... WHERE id = ANY(...) AND status = 'queued'`) and one finalize per wave of
+provider calls completing together, so a fast call's outcome is written without waiting for
+a slow sibling. Provider outcomes are recorded in the rows, never thrown; one row's error
+never strands the others. Only infrastructure errors (the database unreachable) come back as
+failed messages, for the queue to deliver again, soon, with a shortened visibility.
+
+Outcomes are sacred: a finalize that fails on the database is retried with backoff until
+the invocation's end. An outcome that still cannot be written is logged in full
+(`outcome unwritten`, one structured line per row), counted (`OutcomesUnwritten`), kept by
+the process to be written first thing by its next invocation, and its message is failed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import queue
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+from uuid import UUID
+
+import psycopg
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from tickwork import connections
+from tickwork.actions import model, store
+from tickwork.actions.model import Attempt, AttemptOutcome, Claimed, Finalization
+from tickwork.engine.admission import claim_admitted
+from tickwork.platform.config import ActionTypeConfig, Settings
+from tickwork.platform.observability import emit, logger, metrics, metrics_enabled
+from tickwork.platform.queues.enqueue import enqueue_soon, unmark
+from tickwork.platform.queues.port import (
+    MessageRow,
+    VisibilityChange,
+    decode_body,
+    retry_visibility,
+)
+from tickwork.platform.wallclock import utcnow
+from tickwork.providers.base import (
+    Ambiguous,
+    Delivered,
+    NotSent,
+    Outcome,
+    Provider,
+    ProviderError,
+    Rejected,
+    Via,
+)
+from tickwork.providers.redact import Redactor, sanitize
+from tickwork.runtime import Runtime
+
+# Messages due within this much of each other are claimed together.
+WAVE_SECONDS = 0.005
+# After a provider call completes, how long to wait for siblings to finalize them together.
+FINALIZE_LINGER_SECONDS = 0.01
+# Finalize retries on database errors: base delay, doubled, capped.
+FINALIZE_RETRY_BASE_SECONDS = 0.2
+FINALIZE_RETRY_CAP_SECONDS = 2.0
+# When the dispatcher is called without an end (tests, tools), finalize retries this long.
+DEFAULT_FINALIZE_BUDGET_SECONDS = 30.0
+# Outcomes kept by the process for its next invocation, at most.
+MAX_PENDING_OUTCOMES = 10_000
+INFRASTRUCTURE_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+class InfrastructureError(Exception):
+    """The batch could not be processed for reasons outside the rows (database down)."""
+
+
+@dataclass
+class DispatchSummary:
+    received: int = 0
+    ignored: int = 0  # not a Tickwork message
+    claimed: int = 0
+    skipped: int = 0  # not claimable: cancelled, already claimed, not due, too late
+    paused: int = 0  # held back by a kill switch
+    published: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    requeued: int = 0
+    reverted: int = 0
+    unwritten: int = 0  # provider answered, outcome not written (logged, kept, retried)
+    finalizes: int = 0  # finalize waves written
+    lags: list[float] = field(default_factory=list)  # provider call time − due time, seconds
+
+
+@dataclass
+class DispatchResult:
+    failed_message_ids: list[str]
+    summary: DispatchSummary
+    # Among the failed, messages of rows whose claim or outcome is uncertain (an outcome
+    # unwritten; a claim retried after an error, which may have committed unseen): they
+    # come back only after `reclaim_after_seconds`, when the row is finished or may be
+    # claimed again (deduplicating providers), never to a claim that would skip them.
+    uncertain_message_ids: list[str] = field(default_factory=list)
+
+
+def backoff_seconds(
+    attempt: int,
+    settings: Settings,
+    retry_after: float | None,
+    rand: Callable[[], float],
+    max_delay: float | None = None,
+) -> float:
+    """Exponential backoff with equal jitter, never sooner than the provider's Retry-After.
+    A Retry-After is honoured up to `max_retry_after_seconds` (and `max_delay`, the action
+    type's max lateness), so a receiver's huge, negative or unreadable value can neither
+    overflow the arithmetic nor park a row for ever."""
+    exponential = settings.backoff_base_seconds * 2.0 ** min(max(0, attempt - 1), 64)
+    ceiling = min(settings.backoff_cap_seconds, exponential)
+    delay = ceiling / 2 + rand() * ceiling / 2
+    if retry_after is not None and math.isfinite(retry_after) and retry_after > 0:
+        limit = min(settings.max_retry_after_seconds, max_delay or math.inf)
+        delay = max(delay, min(retry_after, limit))
+    return delay
+
+
+def decide(
+    action: Claimed,
+    outcome: Outcome,
+    provider_idempotent: bool,
+    settings: Settings,
+    now: datetime,
+    rand: Callable[[], float] = random.random,
+) -> Finalization:
+    """Where a claimed row goes after its provider answered."""
+    if isinstance(outcome, Delivered):
+        return model.published(action.id, outcome.provider_id)
+    if isinstance(outcome, Rejected):
+        return model.failed(action.id, outcome.code, outcome.message)
+    if isinstance(outcome, NotSent):
+        return model.reverted(
+            action.id, now + timedelta(seconds=settings.backoff_base_seconds), outcome.message
+        )
+    if isinstance(outcome, Ambiguous) and not provider_idempotent:
+        # It may have arrived, and the provider cannot tell a second copy from a new one.
+        return model.failed(action.id, "ambiguous", outcome.message)
+    # Transient, or ambiguous towards a provider that deduplicates: try again later.
+    budget = settings.max_attempts * (1 + action.manual_retries)
+    if action.attempt_count >= budget:
+        return model.failed(
+            action.id,
+            "retry_exhausted",
+            f"{outcome.message} (gave up after {action.attempt_count} attempts)",
+        )
+    config = settings.action_type(action.action_type)
+    max_delay = config.max_lateness_seconds if config is not None else None
+    delay = backoff_seconds(action.attempt_count, settings, outcome.retry_after, rand, max_delay)
+    return model.requeued(action.id, now + timedelta(seconds=delay), outcome.message)
+
+
+def decide_safely(
+    action: Claimed,
+    outcome: Outcome,
+    provider_idempotent: bool,
+    settings: Settings,
+    now: datetime,
+    rand: Callable[[], float] = random.random,
+) -> Finalization:
+    """`decide`, where an error deciding one row (a bug, an odd provider answer) records that
+    row as delivered or failed instead of stranding the batch."""
+    try:
+        return decide(action, outcome, provider_idempotent, settings, now, rand)
+    except Exception as exc:
+        logger.exception("outcome could not be decided", extra={"action_id": str(action.id)})
+        if isinstance(outcome, Delivered):
+            return model.published(action.id, outcome.provider_id)
+        message = getattr(outcome, "message", "")
+        return model.failed(
+            action.id,
+            "internal_error",
+            f"the provider's answer could not be handled ({type(exc).__name__}): {message}",
+        )
+
+
+class _Pending:
+    """Outcomes a previous invocation of this process could not write (database down)."""
+
+    lock: ClassVar[threading.Lock] = threading.Lock()
+    outcomes: ClassVar[list[Finalization]] = []
+
+
+def pending_outcomes() -> list[Finalization]:
+    with _Pending.lock:
+        return list(_Pending.outcomes)
+
+
+@dataclass
+class _Completed:
+    action: Claimed
+    outcome: Outcome
+    called_at: float
+    finished_at: float = 0.0
+    called: bool = False  # the provider's send was invoked (a ledger attempt)
+
+
+def attempt_of(outcome: Outcome, number: int, started: float, finished: float) -> Attempt | None:
+    """The ledger's record of a provider call that did not deliver; None for a delivery
+    (the row it publishes records it) and when nothing left (NotSent)."""
+    if isinstance(outcome, Delivered | NotSent):
+        return None
+    # Providers put tenant-safe text in their messages; cleaned again, bounded, to be sure.
+    excerpt = sanitize(outcome.message)
+    if isinstance(outcome, Rejected):
+        return Attempt(number, started, finished, "rejected", outcome.code, excerpt)
+    kind: AttemptOutcome = "ambiguous" if isinstance(outcome, Ambiguous) else "transient"
+    return Attempt(number, started, finished, kind, excerpt=excerpt)
+
+
+def taking_turns(claimed: list[Claimed]) -> list[Claimed]:
+    """A wave's rows with their workspaces taking turns (each one's rows in their order): a
+    provider pool smaller than the wave starts a small workspace's row before a big one's
+    whole share of the batch."""
+    lines: dict[UUID, list[Claimed]] = {}
+    for action in claimed:
+        lines.setdefault(action.workspace_id, []).append(action)
+    if len(lines) < 2:
+        return claimed
+    turns = itertools.zip_longest(*lines.values())
+    return [action for turn in turns for action in turn if action is not None]
+
+
+class _Wave:
+    """What one action type's share of a batch came to."""
+
+    def __init__(self) -> None:
+        self.handed_back: list[MessageRow] = []  # not claimed, or not due: back to the tick
+        self.retry_later: list[UUID] = []  # not processed for the database: redeliver
+        self.uncertain: list[UUID] = []  # not claimed by a retried claim: maybe by the first
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], datetime] = utcnow,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.sleep = sleep
+        self.clock = clock
+        self.rand = rand
+
+    def dispatch(
+        self,
+        messages: Sequence[tuple[str, str]],
+        deadline: float | None = None,
+        end: float | None = None,
+    ) -> DispatchResult:
+        """Process (message_id, body) pairs. `deadline` (time.monotonic) is when provider
+        calls must stop being started; rows claimed after it are handed back unsent. `end`
+        is when the invocation ends: outcomes are retried until then."""
+        if end is None:
+            end = time.monotonic() + DEFAULT_FINALIZE_BUDGET_SECONDS
+        summary = DispatchSummary(received=len(messages))
+        self._write_pending()
+        message_ids: dict[UUID, list[str]] = defaultdict(list)
+        by_type: dict[str, dict[UUID, MessageRow]] = defaultdict(dict)
+        for message_id, body in messages:
+            rows = decode_body(body)
+            if rows is None:
+                summary.ignored += 1
+                logger.warning("ignoring a message that is not Tickwork's", extra={"body": body})
+                continue
+            for row in rows:
+                message_ids[row.action_id].append(message_id)
+                by_type[row.action_type][row.action_id] = row
+        failed: list[str] = []
+        unwritten: list[str] = []
+        for action_type, entries in by_type.items():
+            redeliver, outcome_unwritten = self._dispatch_type(
+                action_type, list(entries.values()), summary, deadline, end
+            )
+            failed.extend(mid for action_id in redeliver for mid in message_ids[action_id])
+            unwritten.extend(mid for i in outcome_unwritten for mid in message_ids[i])
+        # A message comes back if any of its rows must; later, if any of them is uncertain.
+        # Its other rows are then finished or handed back: the claim skips or takes them.
+        uncertain = dict.fromkeys(unwritten)  # each once, in order
+        soon = [mid for mid in dict.fromkeys(failed) if mid not in uncertain]
+        return DispatchResult(
+            soon + list(uncertain), summary, uncertain_message_ids=list(uncertain)
+        )
+
+    def _dispatch_type(
+        self,
+        action_type: str,
+        entries: list[MessageRow],
+        summary: DispatchSummary,
+        deadline: float | None,
+        end: float,
+    ) -> tuple[list[UUID], list[UUID]]:
+        """Dispatch one type's rows; returns the ids whose messages must come back: for the
+        database, and for a claim or outcome that is uncertain."""
+        provider = self._provider(action_type)
+        config = self.settings.action_type(action_type)
+        if provider is None or config is None:
+            # Paused, unknown or misconfigured: leave the rows queued for the tick.
+            try:
+                unmark(self.runtime.db.connection(), [(e.action_id, e.due_at) for e in entries])
+            except INFRASTRUCTURE_ERRORS:
+                logger.warning("database unavailable; the batch will be redelivered")
+                self.runtime.db.close()
+                return [e.action_id for e in entries], []
+            summary.paused += len(entries)
+            return [], []
+        wave = _Wave()
+        unwritten = self._claim_and_call(
+            action_type, entries, provider, config, deadline, end, summary, wave
+        )
+        summary.skipped += len(wave.handed_back)
+        redeliver = list(wave.retry_later)
+        if wave.handed_back:
+            now = self.clock()
+            try:
+                # Rows we could not act on go back to the tick; those due soon go again now.
+                conn = self.runtime.db.connection()
+                unmark(conn, [(e.action_id, e.due_at) for e in wave.handed_back])
+                soon = [e.action_id for e in wave.handed_back if e.due_at > now]
+                if soon:
+                    enqueue_soon(conn, self.runtime.queues, soon, self.settings, now)
+            except INFRASTRUCTURE_ERRORS:
+                logger.warning("database unavailable; handed-back rows will be redelivered")
+                self.runtime.db.close()
+                redeliver += [e.action_id for e in wave.handed_back]
+        return redeliver, unwritten + wave.uncertain
+
+    def _provider(self, action_type: str) -> Provider | None:
+        if not self.settings.dispatch_allowed(action_type):
+            return None
+        if self.settings.action_type(action_type) is None:
+            logger.error("message for an unconfigured action type", extra={"type": action_type})
+            return None
+        try:
+            return self.runtime.providers.for_action_type(action_type)
+        except ProviderError:
+            logger.exception("provider cannot be built", extra={"action_type": action_type})
+            return None
+
+    def _claim_and_call(
+        self,
+        action_type: str,
+        entries: list[MessageRow],
+        provider: Provider,
+        config: ActionTypeConfig,
+        deadline: float | None,
+        end: float,
+        summary: DispatchSummary,
+        wave: _Wave,
+    ) -> list[UUID]:
+        """Claim rows as they fall due (waiting out a short remainder), call the provider for
+        each claimed row (concurrently when it waits on the network, else inline), and
+        finalize outcomes in waves as the calls complete. Returns the ids of outcomes that
+        could not be written."""
+        pending = sorted(entries, key=lambda entry: entry.due_at)
+        completions: queue.SimpleQueue[_Completed] = queue.SimpleQueue()
+        outstanding = 0
+        unwritten: list[UUID] = []
+        pool = ThreadPoolExecutor(self.settings.provider_concurrency) if provider.io_bound else None
+        try:
+            while pending or outstanding:
+                wait: float | None = None
+                if pending:
+                    wait = (pending[0].due_at - self.clock()).total_seconds()
+                    if wait > self.settings.max_early_wait_seconds:
+                        # Early by more than we wait for: hand back, to be sent again on time.
+                        wave.handed_back.extend(pending)
+                        pending = []
+                        continue
+                    if wait > 0 and not outstanding:
+                        self.sleep(wait)
+                        wait = 0
+                    if wait <= 0:
+                        cutoff = self.clock() + timedelta(seconds=WAVE_SECONDS)
+                        due = [entry for entry in pending if entry.due_at <= cutoff]
+                        pending = pending[len(due) :]
+                        claimed = self._claim_wave(action_type, due, config, provider, end, wave)
+                        if claimed is None:
+                            wave.retry_later.extend(e.action_id for e in due + pending)
+                            pending = []
+                            continue
+                        summary.claimed += len(claimed)
+                        vias = self._connections(claimed, config.provider)
+                        for action in taking_turns(claimed):
+                            outstanding += 1
+                            call = (completions, provider, action, deadline, vias.get(action.id))
+                            if pool is not None:
+                                pool.submit(self._call, *call)
+                            else:
+                                self._call(*call)
+                        continue
+                done = self._collect(completions, outstanding, wait)
+                outstanding -= len(done)
+                if done:
+                    unwritten += self._settle(done, provider, summary, end)
+            return unwritten
+        finally:
+            if pool is not None:
+                pool.shutdown()
+
+    def _claim_wave(
+        self,
+        action_type: str,
+        due: list[MessageRow],
+        config: ActionTypeConfig,
+        provider: Provider,
+        end: float,
+        wave: _Wave,
+    ) -> list[Claimed] | None:
+        """Claim one wave; rows not claimed go back to the tick, or, when the claim had to
+        be retried, come back later (the first try may have claimed them unseen)."""
+        result = self._claim(action_type, due, config, provider.idempotent, end)
+        if result is None:
+            return None
+        claimed, retried = result
+        claimed_ids = {action.id for action in claimed}
+        missed = [e for e in due if e.action_id not in claimed_ids]
+        if retried:
+            wave.uncertain.extend(e.action_id for e in missed)
+        else:
+            wave.handed_back.extend(missed)
+        return claimed
+
+    def _claim(
+        self,
+        action_type: str,
+        due: list[MessageRow],
+        config: ActionTypeConfig,
+        idempotent: bool,
+        end: float,
+    ) -> tuple[list[Claimed], bool] | None:
+        """The claim of one wave, and whether it was retried after an error (the first try
+        may then have claimed rows unseen); None when the database stayed unreachable.
+        Rows whose claimer died are claimed again only when the provider deduplicates."""
+        reclaim_after = self.settings.reclaim_after_seconds if idempotent else None
+        for attempt in range(2):
+            try:
+                claimed = claim_admitted(
+                    self.runtime.db.connection(),
+                    action_type,
+                    [entry.action_id for entry in due],
+                    early_tolerance=self.settings.clock_skew_tolerance_seconds,
+                    max_lateness=config.max_lateness_seconds,
+                    reclaim_after=reclaim_after,
+                )
+                return claimed, attempt > 0
+            except INFRASTRUCTURE_ERRORS:
+                logger.warning("claim failed: the database is unavailable", exc_info=True)
+                if attempt or not self._wait_for_database(end):
+                    return None
+        return None  # pragma: no cover - the loop returns
+
+    def _wait_for_database(self, end: float) -> bool:
+        """Wait (briefly: `database_wait_seconds`, within the invocation) for the database."""
+        limit = min(end, time.monotonic() + self.settings.database_wait_seconds)
+        delay = 0.1
+        while True:
+            self.runtime.db.close()
+            try:
+                self.runtime.db.connection().execute("select 1")
+                return True
+            except INFRASTRUCTURE_ERRORS:
+                pass
+            if time.monotonic() + delay > limit:
+                return False
+            self.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _connections(self, claimed: list[Claimed], provider: str) -> dict[UUID, Via | Outcome]:
+        """For rows that name a connection: what to send through, or why not to send. One
+        statement per wave, and none when no row names a connection."""
+        named = [action for action in claimed if action.connection_id is not None]
+        if not named:
+            return {}
+        ids = [action.connection_id for action in named if action.connection_id is not None]
+        try:
+            found = connections.load(self.runtime.db.connection(), ids)
+        except INFRASTRUCTURE_ERRORS:
+            # The rows are claimed: hand them back unsent rather than strand them.
+            logger.exception("connections could not be read; the rows go back unsent")
+            return {a.id: NotSent("the connection could not be read") for a in named}
+        resolved: dict[UUID, Via | Outcome] = {}
+        for action in named:
+            assert action.connection_id is not None
+            resolved[action.id] = connections.via_for(
+                action.workspace_id, action.connection_id, found.get(action.connection_id),
+                provider, self.runtime.secrets,
+            )  # fmt: skip
+        return resolved
+
+    def _call(
+        self,
+        completions: queue.SimpleQueue[_Completed],
+        provider: Provider,
+        action: Claimed,
+        deadline: float | None,
+        via: Via | Outcome | None = None,
+    ) -> None:
+        called_at = time.time()
+        called = False
+        outcome: Outcome = NotSent("the call was not made")
+        try:
+            if deadline is not None and time.monotonic() > deadline:
+                outcome = NotSent("out of time before the provider call")
+                return
+            if via is not None and not isinstance(via, Via):
+                outcome = via  # the connection is gone or unreadable: nothing is sent
+                return
+            called = True
+            outcome = provider.send(action) if via is None else provider.send(action, via)
+        except Exception as exc:
+            # A provider bug: we cannot know whether anything left. The exception's text
+            # may hold what the provider was given: logged redacted, frames without values.
+            known = (via.credentials, via.settings) if isinstance(via, Via) else ()
+            secrets = Redactor.of(*known)
+            logger.error("provider raised", extra={"action_id": str(action.id),
+                                                   **secrets.error(exc)})  # fmt: skip
+            outcome = Ambiguous(f"provider raised {type(exc).__name__}")
+        finally:
+            completions.put(_Completed(action, outcome, called_at, time.time(), called))
+
+    @staticmethod
+    def _collect(
+        completions: queue.SimpleQueue[_Completed], outstanding: int, wait: float | None
+    ) -> list[_Completed]:
+        """The next wave of completed calls: the first to complete (waiting at most `wait`,
+        when a row falls due then), and those completing just after it."""
+        try:
+            first = completions.get(timeout=1.0 if wait is None else max(0.0, wait))
+        except queue.Empty:
+            return []
+        done = [first]
+        linger_until = time.monotonic() + FINALIZE_LINGER_SECONDS
+        while len(done) < outstanding:
+            try:
+                done.append(completions.get_nowait())
+                continue
+            except queue.Empty:
+                pass
+            remaining = linger_until - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                done.append(completions.get(timeout=remaining))
+            except queue.Empty:
+                break
+        return done
+
+    def _settle(
+        self, done: list[_Completed], provider: Provider, summary: DispatchSummary, end: float
+    ) -> list[UUID]:
+        """Decide and finalize one wave of completed calls; requeued rows due soon are sent
+        again at once. Returns the ids whose outcome could not be written."""
+        now = self.clock()
+        finalizations = []
+        ledger = self.settings.attempts_ledger
+        for completed in done:
+            summary.lags.append(completed.called_at - completed.action.due_at.timestamp())
+            finalization = decide_safely(
+                completed.action,
+                completed.outcome,
+                provider.idempotent,
+                self.settings,
+                now,
+                self.rand,
+            )
+            if ledger and completed.called and not isinstance(completed.outcome, Delivered):
+                call = attempt_of(
+                    completed.outcome, completed.action.attempt_count, completed.called_at,
+                    completed.finished_at,
+                )  # fmt: skip
+                if call is not None:
+                    finalization = finalization._replace(attempt=call)
+            finalizations.append(finalization)
+        unwritten = self._finalize(finalizations, end)
+        written = [f for f in finalizations if f.action_id not in unwritten]
+        summary.unwritten += len(unwritten)
+        summary.finalizes += 1 if written else 0
+        self._count(written, summary)
+        resend = [f.action_id for f in written if f.status == "queued"]
+        if resend:
+            try:
+                enqueue_soon(
+                    self.runtime.db.connection(), self.runtime.queues, resend, self.settings, now
+                )
+            except INFRASTRUCTURE_ERRORS:
+                # They are queued and in no queue: the tick sends them when they are due.
+                logger.warning("could not re-send backed-off rows now; the tick will")
+                self.runtime.db.close()
+        return list(unwritten)
+
+    def _finalize(self, finalizations: list[Finalization], end: float) -> set[UUID]:
+        """Write outcomes, retrying with backoff on database errors until `end`. Returns the
+        ids left unwritten (logged, counted and kept for the next invocation)."""
+        attempt = 0
+        while True:
+            try:
+                self._write(finalizations)
+                return set()
+            except INFRASTRUCTURE_ERRORS as exc:
+                self.runtime.db.close()
+                delay = min(FINALIZE_RETRY_CAP_SECONDS, FINALIZE_RETRY_BASE_SECONDS * 2**attempt)
+                if time.monotonic() + delay > end:
+                    self._keep_unwritten(finalizations, exc)
+                    return {f.action_id for f in finalizations}
+                logger.warning(
+                    "finalize failed; retrying", extra={"attempt": attempt + 1, "error": str(exc)}
+                )
+                self.sleep(delay)
+                attempt += 1
+
+    def _write(self, finalizations: list[Finalization]) -> None:
+        """One statement for the wave; when a row's values make it fail (not the database
+        being down), each row alone, so that row cannot take its siblings with it."""
+        conn = self.runtime.db.connection()
+        ledger = self.settings.attempts_ledger
+        try:
+            store.finalize(conn, finalizations, ledger=ledger)
+            return
+        except INFRASTRUCTURE_ERRORS:
+            raise
+        except psycopg.Error:
+            if len(finalizations) == 1:
+                raise
+            logger.exception("finalize of a wave failed; writing its rows one by one")
+        for finalization in finalizations:
+            try:
+                store.finalize(conn, [finalization], ledger=ledger)
+            except INFRASTRUCTURE_ERRORS:
+                raise
+            except psycopg.Error as exc:
+                logger.exception(
+                    "outcome refused by the database",
+                    extra={"action_id": str(finalization.action_id)},
+                )
+                fallback = model.failed(
+                    finalization.action_id,
+                    "internal_error",
+                    f"the outcome ({finalization.status}) could not be stored:"
+                    f" {type(exc).__name__}",
+                )
+                if finalization.status == "published":
+                    fallback = model.published(finalization.action_id, None)
+                if finalization.attempt is not None:
+                    # The call is still recorded, without the text the database refused.
+                    bare = replace(finalization.attempt, code=None, excerpt=None)
+                    fallback = fallback._replace(attempt=bare)
+                try:
+                    store.finalize(conn, [fallback], ledger=ledger)
+                except INFRASTRUCTURE_ERRORS:
+                    raise
+                except psycopg.Error:
+                    # Nothing about this row can be stored: it ends stuck, with this line.
+                    self._log_unwritten([finalization], exc)
+
+    def _write_pending(self) -> None:
+        """Outcomes an earlier invocation of this process could not write, written now."""
+        with _Pending.lock:
+            kept, _Pending.outcomes = _Pending.outcomes, []
+        if not kept:
+            return
+        try:
+            self._write(kept)
+            logger.info("wrote outcomes kept from an earlier invocation", extra={"rows": len(kept)})
+        except psycopg.Error:
+            self.runtime.db.close()
+            with _Pending.lock:
+                _Pending.outcomes = (kept + _Pending.outcomes)[-MAX_PENDING_OUTCOMES:]
+
+    @classmethod
+    def _keep_unwritten(cls, finalizations: list[Finalization], exc: Exception) -> None:
+        cls._log_unwritten(finalizations, exc)
+        with _Pending.lock:
+            _Pending.outcomes = (_Pending.outcomes + finalizations)[-MAX_PENDING_OUTCOMES:]
+
+    @staticmethod
+    def _log_unwritten(finalizations: list[Finalization], exc: Exception) -> None:
+        # The provider answered: this line is the record of what it said until the row has
+        # it. The stuck-row runbook looks for it before anyone retries the row.
+        for f in finalizations:
+            logger.error(
+                "outcome unwritten",
+                extra={
+                    "action_id": str(f.action_id),
+                    "outcome_status": f.status,
+                    "provider_id": f.provider_id,
+                    "error_code": f.error_code,
+                    "next_attempt_at": f.next_attempt_at.isoformat() if f.next_attempt_at else None,
+                    "error": str(exc),
+                },
+            )
+
+    @staticmethod
+    def _count(finalizations: list[Finalization], summary: DispatchSummary) -> None:
+        for f in finalizations:
+            if f.status == "published":
+                summary.published += 1
+            elif f.status == "failed":
+                code = f.error_code or "unknown"
+                summary.failed[code] = summary.failed.get(code, 0) + 1
+            elif f.attempt_delta < 0:
+                summary.reverted += 1
+            else:
+                summary.requeued += 1
+
+
+def emit_metrics(summary: DispatchSummary, action_type: str | None = None) -> None:
+    # One dispatcher per action type in AWS: its metrics carry the type as a dimension.
+    if action_type and metrics_enabled():
+        metrics.add_dimension(name="action_type", value=action_type)
+    emit(
+        {
+            "DispatchClaimed": summary.claimed,
+            "DispatchSkipped": summary.skipped,
+            "Published": summary.published,
+            "Requeued": summary.requeued,
+            "Reverted": summary.reverted,
+            "Paused": summary.paused,
+            "Failed": sum(summary.failed.values()),
+            "OutcomesUnwritten": summary.unwritten,
+        },
+        by=("FailedByCode", "error_code", summary.failed),
+    )
+    if metrics_enabled():
+        for lag in summary.lags[:100]:  # EMF keeps at most 100 values per metric per record
+            metrics.add_metric(
+                name="DispatchLag", unit=MetricUnit.Milliseconds, value=round(lag * 1000, 1)
+            )
+
+
+_processor = BatchProcessor(event_type=EventType.SQS)
+
+# Left after the last outcome retry for the handler to answer and flush its metrics.
+END_MARGIN_SECONDS = 1.0
+
+
+def handle_sqs_event(
+    event: dict[str, Any], context: LambdaContext, runtime: Runtime
+) -> dict[str, Any]:
+    """Lambda SQS event → dispatch → partial batch response (ReportBatchItemFailures).
+    Failed messages are made visible again after a short backoff, not the queue's timeout."""
+    records = event.get("Records", [])
+    settings = runtime.settings
+    remaining = context.get_remaining_time_in_millis() / 1000
+    started = time.monotonic()
+    deadline = started + remaining - (settings.provider_timeout_seconds + 2.0)
+    end = started + remaining - END_MARGIN_SECONDS
+    result = Dispatcher(runtime).dispatch(
+        [(record["messageId"], record["body"]) for record in records], deadline, end
+    )
+    emit_metrics(result.summary, runtime.settings.action_type_of_queue(records))
+    failed = set(result.failed_message_ids)
+    unwritten = set(result.uncertain_message_ids)
+    if failed:
+        retry_soon(runtime, [r for r in records if r["messageId"] in failed - unwritten])
+        retry_soon(
+            runtime,
+            [r for r in records if r["messageId"] in unwritten],
+            runtime.settings.reclaim_after_seconds + 1,
+        )
+
+    if not failed and records and isinstance(records, list):
+        # What the processor answers when no record fails, without its walk over them all.
+        return {"batchItemFailures": []}
+
+    def report(record: SQSRecord) -> None:
+        if record.message_id in failed:
+            raise InfrastructureError("the database was unavailable; redelivering")
+
+    return dict(process_partial_response(event, report, _processor, context))
+
+
+def retry_soon(
+    runtime: Runtime, records: Sequence[dict[str, Any]], seconds: int | None = None
+) -> None:
+    """Shorten the visibility of messages about to be reported failed: `seconds`, else base,
+    doubled per receive, capped (`retry_visibility_*`); without it SQS hides each for the
+    queue's whole visibility timeout."""
+    settings = runtime.settings
+    by_type: dict[str, list[VisibilityChange]] = defaultdict(list)
+    for record in records:
+        rows = decode_body(record.get("body", ""))
+        handle = record.get("receiptHandle")
+        if not rows or not handle:
+            continue
+        try:
+            count = int(record.get("attributes", {}).get("ApproximateReceiveCount", "1"))
+        except ValueError:
+            count = 1
+        visibility = seconds or retry_visibility(
+            count, settings.retry_visibility_base_seconds, settings.retry_visibility_cap_seconds
+        )
+        by_type[rows[0].action_type].append(VisibilityChange(handle, visibility))
+    for action_type, changes in by_type.items():
+        try:
+            runtime.queues.change_visibility(action_type, changes)
+        except Exception:
+            # Then they come back after the queue's own visibility timeout; nothing is lost.
+            logger.exception("could not shorten the visibility of failed messages")

@@ -1,0 +1,194 @@
+"""The tick: recovers zombies, expires stale rows, and hands due rows to their queues.
+
+It drains rather than sips: it marks due rows enqueued in batches (FOR UPDATE SKIP LOCKED,
+so concurrent ticks take disjoint rows), each pass starting after the last row the pass
+before it marked (a keyset cursor along the due index), sends them with the whole seconds
+until they are due as the message delay, and loops until nothing is due within the
+look-ahead or its time budget is spent. A pass marks and sends inside one transaction: the
+mark commits only after its messages were handed to the queue, so a tick that dies between
+the two leaves its rows unmarked (the rollback), and the worst a crash can cost is a
+duplicate message, which the dispatcher's conditional claim absorbs. A row whose send
+failed is un-marked before the commit; a row whose message was lost later is found again
+after the redelivery timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection
+from tickwork.platform.observability import emit, logger, run_budget
+from tickwork.platform.queues.enqueue import (
+    CURSOR_START,
+    active_action_types,
+    mark_due,
+    marking,
+    send_rows,
+)
+from tickwork.platform.queues.port import QueuePort
+from tickwork.platform.sql import query
+from tickwork.platform.wallclock import utcnow
+from tickwork.runtime import Runtime
+
+_RELEASE_LOST = query("release_lost_messages")
+_RELEASE_ALL = query("release_all_enqueued")
+_RECOVER_STUCK = query("recover_stuck")
+_EXPIRE_LATE = query("expire_late")
+
+EXPIRY_BATCH = 5000
+
+
+@dataclass
+class TickSummary:
+    dispatch_enabled: bool = True
+    enqueued: dict[str, int] = field(default_factory=dict)
+    recovered: int = 0
+    expired: int = 0
+    redelivered: int = 0
+    send_failures: int = 0
+    passes: int = 0
+    elapsed_seconds: float = 0.0
+
+    @property
+    def due(self) -> int:
+        """Rows found due: those enqueued plus those whose send failed."""
+        return sum(self.enqueued.values()) + self.send_failures
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dispatch_enabled": self.dispatch_enabled,
+            "due": self.due,
+            "enqueued": sum(self.enqueued.values()),
+            "enqueued_by_type": dict(self.enqueued),
+            "recovered": self.recovered,
+            "expired": self.expired,
+            "redelivered": self.redelivered,
+            "send_failures": self.send_failures,
+            "passes": self.passes,
+            "elapsed_seconds": round(self.elapsed_seconds, 3),
+        }
+
+
+def recover_stuck(conn: Connection, settings: Settings) -> int:
+    rows = conn.execute(
+        _RECOVER_STUCK,
+        {"stuck_timeout": settings.stuck_timeout_seconds,
+         "due_within": settings.in_flight_due_within()},
+    ).fetchall()  # fmt: skip
+    return len(rows)
+
+
+def expire_late(conn: Connection, settings: Settings, action_types: Iterable[str]) -> int:
+    expired = 0
+    for name in action_types:
+        config = settings.action_types[name]
+        if config.max_lateness_seconds is None:
+            continue
+        while True:
+            rows = conn.execute(
+                _EXPIRE_LATE,
+                {"action_type": name, "max_lateness": config.max_lateness_seconds,
+                 "batch_size": EXPIRY_BATCH},
+            ).fetchall()  # fmt: skip
+            expired += len(rows)
+            if len(rows) < EXPIRY_BATCH:
+                break
+    return expired
+
+
+def release_lost(conn: Connection, settings: Settings) -> int:
+    rows = conn.execute(
+        _RELEASE_LOST,
+        {"redelivery_timeout": settings.redelivery_timeout_seconds,
+         "due_within": settings.in_flight_due_within()},
+    ).fetchall()  # fmt: skip
+    return len(rows)
+
+
+def release_enqueued(conn: Connection, settings: Settings) -> int:
+    """Every queued row marked enqueued goes back to the tick: for a runtime whose queue
+    starts empty (the local one), the messages of its previous run are gone."""
+    rows = conn.execute(
+        _RELEASE_ALL,
+        {"action_types": list(settings.action_types),
+         "due_within": settings.in_flight_due_within()},
+    ).fetchall()  # fmt: skip
+    return len(rows)
+
+
+def run_tick(
+    conn: Connection,
+    queues: QueuePort,
+    settings: Settings,
+    *,
+    budget_seconds: float | None = None,
+    clock: Callable[[], datetime] = utcnow,
+) -> TickSummary:
+    started = time.monotonic()
+    deadline = started + (budget_seconds or settings.tick_budget_seconds)
+    summary = TickSummary(dispatch_enabled=settings.dispatch_enabled)
+    if not settings.dispatch_enabled:
+        return summary
+    action_types = active_action_types(settings)
+    summary.recovered = recover_stuck(conn, settings)
+    summary.expired = expire_late(conn, settings, action_types)
+    summary.redelivered = release_lost(conn, settings)
+    lookahead = timedelta(seconds=settings.lookahead_seconds)
+    # Rows behind the cursor that become due meanwhile (a backoff, a late creation) were
+    # handed to their queue by enqueue_soon, or are the next run's first pass.
+    after = CURSOR_START
+    while time.monotonic() < deadline:
+        now = clock()
+        # The row locks of the mark are held until the messages are sent: a dispatcher
+        # receiving one meanwhile waits for the commit, a concurrent tick skips the rows.
+        with marking(conn):
+            rows = mark_due(conn, now + lookahead, settings.tick_batch_size, action_types, after)
+            if not rows:
+                break
+            sent, failed = send_rows(conn, queues, rows, now, settings)
+        after = (rows[-1].due_at, rows[-1].id)
+        summary.passes += 1
+        for action_type, count in sent.items():
+            summary.enqueued[action_type] = summary.enqueued.get(action_type, 0) + count
+        if failed:
+            # The queue is refusing: leave the rest for the next tick rather than spin.
+            summary.send_failures += len(failed)
+            break
+    summary.elapsed_seconds = time.monotonic() - started
+    return summary
+
+
+def emit_metrics(summary: TickSummary) -> None:
+    emit(
+        {
+            "TickDue": summary.due,
+            "TickEnqueued": sum(summary.enqueued.values()),
+            "RecoveredStuck": summary.recovered,
+            "Expired": summary.expired,
+            "Redelivered": summary.redelivered,
+            "SendFailures": summary.send_failures,
+        },
+        seconds={"TickElapsed": summary.elapsed_seconds},
+        by=("Enqueued", "action_type", summary.enqueued),
+    )
+
+
+# Left for the Lambda to return its summary and flush metrics after the budget ends.
+TICK_MARGIN_SECONDS = 5.0
+
+
+def handle_tick(context: LambdaContext, runtime: Runtime) -> dict[str, Any]:
+    budget = run_budget(context, runtime.settings.tick_budget_seconds, TICK_MARGIN_SECONDS)
+    summary = run_tick(
+        runtime.db.connection(), runtime.queues, runtime.settings, budget_seconds=budget
+    )
+    emit_metrics(summary)
+    logger.info("tick", extra=summary.as_dict())
+    return summary.as_dict()

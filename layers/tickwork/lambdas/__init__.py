@@ -1,0 +1,1 @@
+"""One module per Lambda, named as in functions/: the handler Lambda calls."""

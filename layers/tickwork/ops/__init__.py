@@ -1,1 +1,0 @@
-"""Operating Tickwork from a shell: status, actions, dead-letter redrive (`tickwork ...`)."""

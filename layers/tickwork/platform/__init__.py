@@ -1,0 +1,1 @@
+"""The platform: database, named SQL, queues, configuration, time, observability, errors."""

@@ -1,0 +1,1 @@
+"""Recurring schedules: RRULE recurrence and the schedules that own their occurrences."""

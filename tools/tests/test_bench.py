@@ -1,0 +1,100 @@
+"""The benchmark's own scenarios, small: the floor publishes every row through the engine's
+statements, the scale check builds its table and times every operation, and the tenants'
+bench runs each phase and times every quiet webhook."""
+
+from __future__ import annotations
+
+from tickwork import rollup
+from tickwork.platform.db import connect
+from tools import bench, bench_scale, bench_tenants
+
+
+def test_the_floor_publishes_every_row_once(database_url):
+    # Given 3,000 due rows, when the floor drives the tick's, claim's and finalize's SQL
+    result = bench.run_floor(database_url, 3000, workers=2, batch=1000, tick_batch=2000)
+    # Then every row is published and none is left queued or submitted
+    assert result["published"] == 3000
+    assert result["drain_seconds"] > 0
+    with connect(database_url) as conn:
+        left = conn.execute(
+            "select count(*) from scheduled_actions where status <> 'published'"
+        ).fetchone()
+    assert left == (0,)
+
+
+def test_the_scale_check_times_every_operation_and_changes_nothing(database_url):
+    with connect(database_url) as conn:
+        schema = (
+            "select indexdef from pg_indexes where tablename = 'scheduled_actions'"
+            " union all select conname || pg_get_constraintdef(oid) from pg_constraint"
+            " where conrelid = 'scheduled_actions'::regclass"
+            "    or confrelid = 'scheduled_actions'::regclass"
+        )
+        indexes = sorted(conn.execute(schema).fetchall())
+        workspace = bench_scale.build(conn, future=3000, terminal=300)
+        # the load dropped and rebuilt the indexes and keys: all are back, as they were
+        assert sorted(conn.execute(schema).fetchall()) == indexes
+        before = conn.execute(
+            "select status, count(*) from scheduled_actions group by status order by status"
+        ).fetchall()
+        timings = bench_scale.measure({"one": conn}, {"one": workspace}, repeat=1)["one"]
+        after = conn.execute(
+            "select status, count(*) from scheduled_actions group by status order by status"
+        ).fetchall()
+        # the rollup counts what was loaded
+        counts = {(c["status"], c["count"]) for c in rollup.counts(conn, workspace)}
+    assert set(timings) == {
+        "calendar page (100)",
+        "/v1/stats",
+        "  its counts (the rollup)",
+        "  its due backlog",
+        "  its lag (rows due in 1 h)",
+        "`tickwork status`",
+        "(/v1/stats before: a scan)",
+        "tick due query (mark 2,000)",
+        "claim (1,000)",
+        "finalize (1,000)",
+        "  same, without 0015's index+trigger",
+    }
+    assert all(seconds >= 0 for seconds in timings.values())
+    assert timings["claim (1,000)"] > 0
+    # Every operation ran in a transaction rolled back: the table is as it was built
+    assert before == after == [("published", 300), ("queued", bench_scale.DUE_ROWS + 3000)]
+    assert counts == {("published", 300), ("queued", bench_scale.DUE_ROWS + 3000)}
+
+
+def test_a_burst_through_the_runtime_fires_each_row_once_from_a_triggered_tick(database_url):
+    for tick_process in (False, True):
+        # Given 400 rows already due when the (running) runtime's tick is triggered
+        result = bench.run_engine(database_url, 400, 0.0, workers=2, batch=100, lead=0.0,
+                                  tick_process=tick_process)  # fmt: skip
+        # Then that one tick enqueued them all and each was delivered once
+        assert result["tick_enqueued"] == 400
+        assert result["delivered"] == result["distinct"] == 400
+        assert result["drain_seconds"] > 0
+        assert result["transactions"] > 0
+        # And the WAL it wrote: at least the 400 rows' three updates, as whole bytes
+        assert result["wal_bytes"] > 400 * 3 * 50
+        # And the tick's own CPU is reported when it ran in a process of its own
+        assert (result["tick_cpu"] is not None) == tick_process
+
+
+def test_the_tenants_bench_runs_each_phase_and_times_every_quiet_webhook(database_url):
+    # Given a small plan: one short round of each phase, a burst of 2 events x 3 rules
+    plan = bench_tenants.Plan(seconds=1.0, rounds=1, burst_rules=3, burst_events=2)
+    results = bench_tenants.run(database_url, plan)
+    # Then every phase ran once, the quiet workspace's calls were answered and every
+    # webhook it scheduled arrived and was timed
+    assert sorted(results) == sorted(bench_tenants.PHASES)
+    for [phase] in results.values():
+        assert phase.expected > 0
+        assert len(phase.lateness) == phase.expected
+        assert len(phase.api) == 2 * phase.expected
+        assert phase.notes == []
+    # And the hostile template failed its rule while its event was answered; each burst
+    # event made one action per rule
+    [alone], [template], [burst] = (results[p] for p in ("alone", "template", "burst"))
+    assert alone.events == []
+    assert template.events
+    assert all((e.status, e.number) == (200, 1) for e in template.events)
+    assert [(e.status, e.number) for e in burst.events] == [(200, 3), (200, 3)]
