@@ -1,4 +1,4 @@
-"""Scheduled actions and their state machine (playbook §3).
+"""Scheduled actions and their state machine (docs/concepts.md#the-state-machine).
 
     queued ──▶ submitted ──▶ published
       │            ├───────▶ failed ──(admin retry)──▶ queued

@@ -135,7 +135,7 @@ class FailedOut(BaseModel):
 
 
 class ResultOut(BaseModel):
-    """What the producers did (seed 001's structured result)."""
+    """What the producers did (a structured result: docs/rules.md#events)."""
 
     success: bool = Field(description="false when a rule could not make its action")
     executions_created: int

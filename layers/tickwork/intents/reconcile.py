@@ -1,4 +1,5 @@
-"""The reconciler: keeps scheduled_actions in step with schedule intents (playbook §5).
+"""The reconciler: keeps scheduled_actions in step with schedule intents
+(docs/intents.md).
 
 For one intent it compares what is desired, one (action type, target) at the intent's
 instant, with every row of the thing in any status, and acts one row at a time:

@@ -1,4 +1,4 @@
-"""Recipients (seed 000 §9 per person): a time zone, quiet hours and frequency caps.
+"""Recipients (docs/sequences.md#recipients): a time zone, quiet hours and frequency caps.
 
 - `model`: recipients, quiet windows, caps and the time arithmetic (no I/O);
 - `store`: recipients themselves;

@@ -1,4 +1,4 @@
-"""Automation rules (seed 001): an app's events and reference dates become ordinary
+"""Automation rules (docs/rules.md): an app's events and reference dates become ordinary
 scheduled_actions rows, made, moved and withdrawn through tickwork.actions.
 
 - `model`: rules, triggers, idempotency keys, structured results;

@@ -338,8 +338,8 @@ class Failed:
 
 @dataclass
 class ProduceResult:
-    """The structured answer of the producers (seed 001): never an exception for a rule's
-    own problem; `success` is False when any rule failed, and `error` says which."""
+    """The structured answer of the producers (docs/rules.md#events): never an exception for
+    a rule's own problem; `success` is False when any rule failed, and `error` says which."""
 
     created: list[Fired] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""Sequences (seed 000 §11, the drip variant): campaigns of ordered steps, enrollments
+"""Sequences (docs/sequences.md, the drip variant): campaigns of ordered steps, enrollments
 advanced one step at a time by optimistic lock, one ordinary scheduled_actions row per
 (enrollment, step), exits that cancel the pending step at once.
 
