@@ -395,7 +395,7 @@ def test_another_workspaces_rules_entities_and_events_are_invisible_and_unaffect
     assert count_actions(database_url) == before
 
 
-# ------------------------------------------------------------------- the README example
+# ------------------------------------------ the docs' worked example (docs/rules.md)
 
 
 def webhook_rule(name: str, trigger: dict[str, Any], payload: dict[str, Any],

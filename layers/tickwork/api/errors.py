@@ -169,7 +169,7 @@ def register(app: APIGatewayHttpResolver) -> None:
                 HTTPStatus.BAD_REQUEST, "bad_request", "the request body is not valid JSON"
             )
         if any(p["field"].lower() == WORKSPACE_HEADER.lower() for p in problems):
-            # A malformed request, as the README says, whatever the route.
+            # A malformed request, as the docs say, whatever the route.
             raw = app.current_event.headers.get(WORKSPACE_HEADER.lower()) or ""
             return error_response(
                 HTTPStatus.BAD_REQUEST,
