@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tickwork.errors import ConfigError
+from tickwork.platform.errors import ConfigError
 
 ENV_PREFIX = "TICKWORK_"
 # In AWS the action types come from this SSM parameter (a JSON document like

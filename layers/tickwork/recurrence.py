@@ -27,8 +27,8 @@ from zoneinfo import ZoneInfo
 
 from dateutil.rrule import rrule, rrulestr
 
-from tickwork.errors import InvalidRecurrenceError, InvalidTimeError, InvalidTimezoneError
-from tickwork.wallclock import require_aware, resolve_wall_time, zone
+from tickwork.platform.errors import InvalidRecurrenceError, InvalidTimeError, InvalidTimezoneError
+from tickwork.platform.wallclock import require_aware, resolve_wall_time, zone
 
 MAX_RULE_LENGTH = 8000
 # COUNT rules are expanded from dtstart every time (their count starts there), so the

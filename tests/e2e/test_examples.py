@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Api
-from tickwork.db import connect
+from tickwork.platform.db import connect
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # A public address for the example host names (there may be no DNS where the tests run).

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes import LOOPBACK, a_via, an_action
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
-from tickwork.errors import InputError
+from tickwork.platform.errors import InputError
 from tickwork.providers.base import (
     Absent,
     Ambiguous,

@@ -12,9 +12,10 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from tests.conftest import make_workspace
-from tickwork import actions
-from tickwork.db import connect
-from tickwork.errors import InputError, NotFoundError
+from tickwork.actions import model
+from tickwork.actions import store as actions_store
+from tickwork.platform.db import connect
+from tickwork.platform.errors import InputError, NotFoundError
 from tickwork.rules import entities, metering, store
 from tickwork.rules.events import EventInput, emit_event
 from tickwork.rules.model import ActionTemplate, Rule, RuleInput, Trigger
@@ -65,15 +66,15 @@ def put(conn, workspace, settings, now, dates: dict[str, str], entity_id: str = 
     return entities.put_dates(conn, workspace, "booking", entity_id, given, "UTC", settings, now)
 
 
-def rows(conn, workspace) -> list[actions.Action]:
+def rows(conn, workspace) -> list[model.Action]:
     found = conn.execute(
         "select id from scheduled_actions where workspace_id = %s order by created_at, id",
         (workspace,),
     ).fetchall()
-    return [a for (i,) in found if (a := actions.get(conn, workspace, i)) is not None]
+    return [a for (i,) in found if (a := actions_store.get(conn, workspace, i)) is not None]
 
 
-def live(conn, workspace) -> list[actions.Action]:
+def live(conn, workspace) -> list[model.Action]:
     return [a for a in rows(conn, workspace) if a.status == "queued"]
 
 
@@ -380,7 +381,7 @@ def test_a_booking_at_15_with_24h_before_and_1h_after_moved_then_cancelled(
     for rule in (before, after):
         assert new[rule].rescheduled_from == at[rule].action_id
         assert new[rule].idempotency_key != at[rule].idempotency_key
-        old = actions.get(conn, workspace, at[rule].action_id)
+        old = actions_store.get(conn, workspace, at[rule].action_id)
         assert old is not None
         assert (old.status, old.error_code) == ("cancelled", "superseded")
     # the same dates again change nothing
@@ -406,7 +407,7 @@ def test_a_removed_date_cancels_and_moving_back_makes_the_first_time_again(
     [again] = back.result.created
     # the answer carries the row's own key: the first time's, with its generation
     assert again.idempotency_key == f"{first.result.created[0].idempotency_key}#2"
-    action = actions.get(conn, workspace, again.action_id)
+    action = actions_store.get(conn, workspace, again.action_id)
     assert action is not None
     assert action.dedupe_key == again.idempotency_key
     removed = put(conn, workspace, settings, now, {})
@@ -461,10 +462,10 @@ def test_a_sent_or_user_cancelled_row_is_never_made_again(conn, workspace, setti
     assert [s.reason for s in edit.result.skipped] == ["already_sent"]
     # a row a person cancelled is history too
     [other] = put(conn, workspace, settings, now, {"start": start}, entity_id="bk-2").result.created
-    actions.cancel(conn, workspace, other.action_id)
+    actions_store.cancel(conn, workspace, other.action_id)
     again = put(conn, workspace, settings, now, {"start": start}, entity_id="bk-2")
     assert [s.reason for s in again.result.skipped] == ["cancelled"]
-    assert actions.get(conn, workspace, made.action_id).status == "published"  # type: ignore[union-attr]
+    assert actions_store.get(conn, workspace, made.action_id).status == "published"  # type: ignore[union-attr]
 
 
 def test_the_context_snapshot_stays_when_only_the_context_changes(conn, workspace, settings, now):

@@ -11,7 +11,7 @@ from pathlib import Path
 import tickwork.api  # noqa: F401  (imports every route, so every error class they raise)
 from tickwork import cli
 from tickwork.api.errors import status_of
-from tickwork.errors import TickworkError
+from tickwork.platform.errors import TickworkError
 
 ROOT = Path(__file__).resolve().parents[2]
 ERRORS_PAGE = (ROOT / "docs/api/index.md").read_text()

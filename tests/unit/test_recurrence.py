@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from dateutil.rrule import rrulestr
 
-from tickwork.errors import InvalidRecurrenceError, InvalidTimeError, InvalidTimezoneError
-from tickwork.recurrence import Recurrence, Rule, plan, validate
-from tickwork.wallclock import resolve_wall_time
+from tickwork.platform.errors import InvalidRecurrenceError, InvalidTimeError, InvalidTimezoneError
+from tickwork.platform.wallclock import resolve_wall_time
+from tickwork.recurring.recurrence import Recurrence, Rule, plan, validate
 
 DAILY_9 = "RRULE:FREQ=DAILY;BYHOUR=9;BYMINUTE=0;BYSECOND=0"
 

@@ -14,7 +14,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 )
 
 from tickwork.api.models import ErrorBody, ErrorDetail
-from tickwork.errors import (
+from tickwork.platform.errors import (
     AuthenticationError,
     BadRequestError,
     ConflictError,
@@ -25,7 +25,7 @@ from tickwork.errors import (
     RateLimitedError,
     TickworkError,
 )
-from tickwork.observability import logger
+from tickwork.platform.observability import logger
 from tickwork.rules.conditions import InvalidConditionError
 
 # Most specific first.

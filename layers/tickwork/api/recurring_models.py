@@ -10,10 +10,10 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, Field
 
 from tickwork.api.models import Instant, Strict
-from tickwork.errors import InputError, InvalidRecurrenceError
-from tickwork.recurrence import MAX_RULE_LENGTH, Occurrence
-from tickwork.recurring import MAX_CATCH_UP_SECONDS, MAX_FAILURES_LIMIT, Schedule
-from tickwork.wallclock import local_rendering
+from tickwork.platform.errors import InputError, InvalidRecurrenceError
+from tickwork.platform.wallclock import local_rendering
+from tickwork.recurring.recurrence import MAX_RULE_LENGTH, Occurrence
+from tickwork.recurring.store import MAX_CATCH_UP_SECONDS, MAX_FAILURES_LIMIT, Schedule
 
 ScheduleStatus = Literal["active", "paused", "ended"]
 

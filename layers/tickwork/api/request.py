@@ -23,8 +23,8 @@ from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from pydantic import BaseModel
 
 from tickwork import runtime
-from tickwork.errors import BadRequestError, InputError, InvalidTimeError
-from tickwork.wallclock import check_horizon, utcnow
+from tickwork.platform.errors import BadRequestError, InputError, InvalidTimeError
+from tickwork.platform.wallclock import check_horizon, utcnow
 
 # Deeper JSON than this is refused: no payload needs it, and nesting is what makes parsers
 # and serializers recurse (pydantic's stops near 255 levels, Python's json near 1000).

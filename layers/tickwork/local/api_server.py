@@ -25,9 +25,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from tickwork.api import OPENAPI_PATH
 from tickwork.api.errors import error_json, error_result, status_of
-from tickwork.errors import AuthenticationError
 from tickwork.local.auth import LocalJwt
 from tickwork.local.handlers import LocalContext
+from tickwork.platform.errors import AuthenticationError
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit

@@ -37,8 +37,8 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from tickwork.actions import Claimed
-from tickwork.errors import InputError
+from tickwork.actions.model import Claimed
+from tickwork.platform.errors import InputError
 from tickwork.providers import http
 from tickwork.providers.base import (
     Absent,

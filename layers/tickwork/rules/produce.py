@@ -24,12 +24,13 @@ from uuid import UUID
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from tickwork import actions
-from tickwork.actions import Action, NewAction, action_from_row
-from tickwork.config import Settings
-from tickwork.db import Connection
-from tickwork.errors import ConflictError, InputError
-from tickwork.observability import emit, logger
+from tickwork.actions import model, scheduling, store
+from tickwork.actions.model import Action, NewAction, action_from_row
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection
+from tickwork.platform.errors import ConflictError, InputError
+from tickwork.platform.observability import emit, logger
+from tickwork.platform.sql import query
 from tickwork.rules.conditions import first_failing
 from tickwork.rules.metering import FEW_RENDERS, RenderBudget
 from tickwork.rules.model import (
@@ -47,7 +48,6 @@ from tickwork.rules.model import (
     with_generation,
 )
 from tickwork.rules.templating import RenderError
-from tickwork.sql import query
 
 _KEY_HISTORY = query("key_history")
 _INSERT_LEDGER = query("insert_rule_action")
@@ -107,7 +107,7 @@ def record_failure(conn: Connection, rule: Rule, message: str) -> None:
 def _gate(history: Sequence[RuleRow], rule_id: UUID) -> Skipped | None:
     for row in history:
         a = row.action
-        if a.status in actions.ACTIVE:
+        if a.status in model.ACTIVE:
             return Skipped(rule_id, "duplicate", "already made for this key", a.id)
     for row in history:
         a = row.action
@@ -167,7 +167,7 @@ def fire(
     )
     try:
         with conn.transaction():
-            scheduled = actions.schedule(conn, workspace_id, new, settings, now)
+            scheduled = scheduling.schedule(conn, workspace_id, new, settings, now)
             if scheduled.created:
                 conn.execute(
                     _INSERT_LEDGER,
@@ -203,9 +203,7 @@ def withdraw(conn: Connection, row: RuleRow, reason: str, result: ProduceResult)
             Skipped(row.rule_id, "user_action", "retried by an admin: left alone", a.id)
         )
         return False
-    done = actions.cancel(
-        conn, a.workspace_id, a.id, reason=reason, message=_CANCEL_MESSAGES[reason]
-    )
+    done = store.cancel(conn, a.workspace_id, a.id, reason=reason, message=_CANCEL_MESSAGES[reason])
     if done.changed:
         result.cancelled.append(a.id)
         return True
@@ -229,7 +227,7 @@ class EntityState:
 
 
 def time_context(entity: EntityState, rule: Rule, fire_at: datetime) -> dict[str, Any]:
-    from tickwork.wallclock import zone
+    from tickwork.platform.wallclock import zone
 
     tz = zone(entity.timezone)
     reference_at = entity.dates[str(rule.reference)]
