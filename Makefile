@@ -1,10 +1,10 @@
-# Tickwork: every command the README and CI use.
+# Tickwork: every command the README, the docs and CI use.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install dev demo status reset test test-unit lint format bench bench-tenants bench-scale fuzz chaos build deploy layer-lock clean
+.PHONY: install dev demo status reset test test-unit lint docs format bench bench-tenants bench-scale fuzz chaos build deploy layer-lock clean
 
 # A virtualenv with tickwork (editable) and the dev tools; redone when pyproject.toml changes.
 # pip prints a line per package it collects and installs, so the first run is not silent.
@@ -51,6 +51,13 @@ lint: $(STAMP)
 	PYTHONPATH=. $(BIN)/lint-imports
 	@for fn in functions/*/app.py; do $(BIN)/mypy --no-error-summary "$$fn" || exit 1; done
 	$(BIN)/cfn-lint template.yaml
+	@$(MAKE) --no-print-directory docs
+
+# The documentation site (docs/, mkdocs.yml) into site/, strictly: a broken link or anchor,
+# a page left out of the navigation or a route the API reference cannot place fails it.
+# The API reference is generated from the OpenAPI document at build time.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
@@ -128,4 +135,4 @@ layer-lock: $(STAMP)
 	$(BIN)/python infra/lock_layer.py
 
 clean:
-	rm -rf $(VENV) .aws-sam .sam-cli build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .aws-sam .sam-cli build site .pytest_cache .mypy_cache .ruff_cache

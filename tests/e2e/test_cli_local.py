@@ -61,7 +61,7 @@ def wait_for(capsys, action_id: str, status: str, timeout: float = 15) -> dict[s
 
 
 def test_actions_schedule_list_show_cancel_retry_with_the_apis_rules(dev, conn, capsys):
-    # Given a workspace and an admin made as the README says
+    # Given a workspace and an admin made as the docs say
     assert (
         run(
             capsys,

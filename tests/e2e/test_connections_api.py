@@ -182,7 +182,7 @@ def test_unsafe_urls_are_refused_with_the_code_the_readme_names(
     body = {"name": "Unsafe", "provider": provider, "settings": settings,
             "credentials": credentials}  # fmt: skip
     error = error_of(raw(api, "POST", "/v1/connections", json=body), 422)
-    # Then the answer is the README's unsafe_url, naming the setting
+    # Then the answer is the docs' unsafe_url, naming the setting
     assert (error["code"], error["details"]["field"]) == ("unsafe_url", field)
     assert api.admin.call("GET", "/v1/connections")["items"] == []
     # and the same on a change of settings

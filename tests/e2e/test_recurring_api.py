@@ -390,7 +390,9 @@ def test_five_failures_in_a_row_pause_the_schedule_and_get_says_why(api, databas
         ({"target_key": "nowhere"}, 422, "unknown_target", "nowhere"),
         ({"dtstart": "2027-03-02T09:00:00-05:00"}, 422, "invalid_input", "dtstart"),  # offset
         ({"dtstart": "2027-13-02T09:00:00"}, 422, "invalid_time", "dtstart"),
-        ({"dtstart": "2020-01-01T09:00:00"}, 422, "invalid_time", "in the past"),
+        ({"dtstart": "2020-01-01T09:00:00"}, 422, "invalid_recurrence", "in the past"),
+        ({"dtstart": "1800-01-01T09:00:00"}, 422, "invalid_recurrence", "years 1900 to 8999"),
+        ({"until": "9000-01-01T00:00:00Z"}, 422, "invalid_recurrence", "until"),
         ({"until": "2020-01-01T00:00:00Z"}, 422, "invalid_time", "until"),
         ({"catch_up_window_seconds": 86401}, 422, "invalid_input", "catch_up_window_seconds"),
         ({"max_failures_before_pause": 0}, 422, "invalid_input", "max_failures_before_pause"),

@@ -121,6 +121,32 @@ def test_a_rule_that_cannot_fire_is_a_422_naming_the_field(api, database_url, ch
         assert conn.execute("select count(*) from rules").fetchone()[0] == 0
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/rules", event_rule(conditions=[{"path": "context.x", "op": "like"}])),
+        ("/v1/rules", event_rule(conditions=[{"path": "context.x", "op": "exists"}] * 21)),
+        ("/v1/rules", event_rule(conditions=[{"path": "nowhere.x", "op": "eq", "value": 1}])),
+        ("/v1/campaigns", {"name": "c", "steps": [
+            {"wait": {"delay_seconds": 0}, "conditions": [{"path": "data.x", "op": "like"}],
+             "action": {"action_type": "log", "target_key": "x", "payload": {}}}]}),
+    ],
+)  # fmt: skip
+def test_a_condition_that_cannot_be_read_is_invalid_condition_however_it_is_wrong(api, path, body):
+    # an unknown operator and too many conditions are refused by the body's schema, a bad
+    # path by the rules' own check: the same code either way, as the docs' table says
+    error = error_of(api.admin.http.post(path, json=body), 422)
+    assert error["code"] == "invalid_condition", error
+    assert "conditions" in error["message"]
+
+
+def test_a_bad_condition_beside_another_problem_is_invalid_input_listing_both(api):
+    body = event_rule(conditions=[{"path": "context.x", "op": "like"}], name="")
+    error = error_of(api.admin.http.post("/v1/rules", json=body), 422)
+    assert error["code"] == "invalid_input"
+    assert {e["field"] for e in error["details"]["errors"]} == {"name", "conditions[0].op"}
+
+
 HOSTILE_CONSTANTS = [
     "{% set x = (((9**64)**64)**64)**64 %}ok",
     "{{ 'ab' * 9999999 }}",
@@ -369,7 +395,7 @@ def test_another_workspaces_rules_entities_and_events_are_invisible_and_unaffect
     assert count_actions(database_url) == before
 
 
-# ------------------------------------------------------------------- the README example
+# ------------------------------------------ the docs' worked example (docs/rules.md)
 
 
 def webhook_rule(name: str, trigger: dict[str, Any], payload: dict[str, Any],

@@ -4,7 +4,7 @@ Each request takes the next scripted reply (status, headers, body, delay before 
 when the script runs out it answers 204. Requests are recorded with their arrival time and
 whether their Standard Webhooks signature verified.
 
-It also serves the receiver status endpoint the README documents, `GET /status/{webhook_id}`
+It also serves the receiver status endpoint the docs describe, `GET /status/{webhook_id}`
 (signed like a delivery, over an empty body): `200 {"received": true}` for a webhook-id it
 received, `404 {"received": false}` otherwise, 401 to a bad signature; `status_script`
 queues other replies.

@@ -1,4 +1,4 @@
-"""The webhook receiver's optional status endpoint (README, webhook section) over real HTTP
+"""The webhook receiver's optional status endpoint (docs/providers.md, webhook) over real HTTP
 on loopback: the fake receiver answers for the webhook-ids it really received, the request
 is signed like a delivery, the outbound guard applies, and what cannot tell is unknown."""
 

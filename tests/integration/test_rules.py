@@ -405,10 +405,11 @@ def test_a_removed_date_cancels_and_moving_back_makes_the_first_time_again(
     put(conn, workspace, settings, now, {"start": f"{day}T15:45"})
     back = put(conn, workspace, settings, now, {"start": f"{day}T14:00"})
     [again] = back.result.created
-    assert again.idempotency_key == first.result.created[0].idempotency_key
+    # the answer carries the row's own key: the first time's, with its generation
+    assert again.idempotency_key == f"{first.result.created[0].idempotency_key}#2"
     action = actions_store.get(conn, workspace, again.action_id)
     assert action is not None
-    assert action.dedupe_key == f"{again.idempotency_key}#2"
+    assert action.dedupe_key == again.idempotency_key
     removed = put(conn, workspace, settings, now, {})
     assert removed.result.cancelled == [again.action_id]
     assert live(conn, workspace) == []

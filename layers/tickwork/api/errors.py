@@ -26,6 +26,7 @@ from tickwork.platform.errors import (
     TickworkError,
 )
 from tickwork.platform.observability import logger
+from tickwork.rules.conditions import InvalidConditionError
 
 # Most specific first.
 STATUS_OF: list[tuple[type[TickworkError], HTTPStatus]] = [
@@ -121,6 +122,16 @@ def _problem(error: Any) -> str:
     return message
 
 
+def _in_conditions(loc: Any) -> bool:
+    """Whether a problem lies in a rule's conditions or a drip step's (`conditions[0].op`,
+    `steps[1].conditions`), where the domain's own checks answer `invalid_condition`."""
+    parts = [part for part in (loc or ()) if part != "body"]
+    return parts[:1] == ["conditions"] or (
+        len(parts) >= 3 and parts[0] == "steps" and isinstance(parts[1], int)
+        and parts[2] == "conditions"
+    )  # fmt: skip
+
+
 # Query parameters that are instants with offsets, where an unencoded + arrives as a space.
 RANGE_PARAMETERS = frozenset({"from", "to"})
 WORKSPACE_HEADER = "X-Workspace-Id"
@@ -158,7 +169,7 @@ def register(app: APIGatewayHttpResolver) -> None:
                 HTTPStatus.BAD_REQUEST, "bad_request", "the request body is not valid JSON"
             )
         if any(p["field"].lower() == WORKSPACE_HEADER.lower() for p in problems):
-            # A malformed request, as the README says, whatever the route.
+            # A malformed request, as the docs say, whatever the route.
             raw = app.current_event.headers.get(WORKSPACE_HEADER.lower()) or ""
             return error_response(
                 HTTPStatus.BAD_REQUEST,
@@ -169,9 +180,14 @@ def register(app: APIGatewayHttpResolver) -> None:
                 {"field": WORKSPACE_HEADER},
             )
         first = problems[0] if problems else {"field": "body", "problem": "invalid"}
+        # Problems only in conditions (an unknown operator, too many) are the conditions'
+        # own code, as the domain answers for those it finds; anything else besides them
+        # is invalid_input, listing every problem.
+        locs = [e.get("loc") for e in error.errors()]
+        in_conditions = bool(locs) and all(_in_conditions(loc) for loc in locs)
         return error_response(
             HTTPStatus.UNPROCESSABLE_ENTITY,
-            "invalid_input",
+            InvalidConditionError.code if in_conditions else "invalid_input",
             f"{first['field']}: {first['problem']}",
             {"errors": problems},
         )

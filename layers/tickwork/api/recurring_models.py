@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
 
 from tickwork.api.models import Instant, Strict
+from tickwork.platform.errors import InputError, InvalidRecurrenceError
 from tickwork.platform.wallclock import local_rendering
 from tickwork.recurring.recurrence import MAX_RULE_LENGTH, Occurrence
 from tickwork.recurring.store import MAX_CATCH_UP_SECONDS, MAX_FAILURES_LIMIT, Schedule
@@ -61,6 +62,9 @@ def _max_failures() -> Any:
 class CreateSchedule(Strict):
     """A rule expanded in `timezone`: 09:00 stays 09:00 local across DST."""
 
+    # An until beyond the scheduling horizon is a limit of the rule (invalid_recurrence).
+    OUT_OF_HORIZON: ClassVar[dict[str, type[InputError]]] = {"until": InvalidRecurrenceError}
+
     action_type: str = Field(min_length=1, max_length=63, examples=["webhook"])
     target_key: str = Field(min_length=1, max_length=200, examples=["primary"])
     thing_id: str | None = Field(default=None, min_length=1, max_length=200)
@@ -95,6 +99,8 @@ class SchedulePatch(Strict):
     may be left out but not sent as null. A change of rule, time, zone, until,
     target, thing or payload cancels the future queued occurrences and materializes the new
     definition; history stays."""
+
+    OUT_OF_HORIZON: ClassVar[dict[str, type[InputError]]] = {"until": InvalidRecurrenceError}
 
     rrule: str = _rrule(default=None)
     dtstart: str = _dtstart("the wall time stays when only the zone changes")

@@ -23,7 +23,7 @@ from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from pydantic import BaseModel
 
 from tickwork import runtime
-from tickwork.platform.errors import BadRequestError, InputError
+from tickwork.platform.errors import BadRequestError, InputError, InvalidTimeError
 from tickwork.platform.wallclock import check_horizon, utcnow
 
 # Deeper JSON than this is refused: no payload needs it, and nesting is what makes parsers
@@ -144,22 +144,37 @@ def _decoded(name: str, value: str) -> str:
         ) from exc
 
 
-def _instants(value: Any, where: str) -> Iterator[tuple[str, datetime]]:
-    """The instants in a validated parameter, each with its field (`steps[2].at`): in the
-    value itself, in a model's fields, and in lists or maps of models (payloads, plain
-    JSON, are not walked: they hold no instants, only strings)."""
+# A model may name fields whose instant, outside the horizon, is refused with an error of
+# its own rather than InvalidTimeError: `OUT_OF_HORIZON = {"until": InvalidRecurrenceError}`
+# (a recurring schedule's until bounds its rule, as an UNTIL inside the rule does).
+OUT_OF_HORIZON = "OUT_OF_HORIZON"
+Refusal = type[InputError]
+
+
+def _instants(
+    value: Any, where: str, refusal: Refusal = InvalidTimeError
+) -> Iterator[tuple[str, datetime, Refusal]]:
+    """The instants in a validated parameter, each with its field (`steps[2].at`) and the
+    error that refuses it outside the horizon: in the value itself, in a model's fields, and
+    in lists or maps of models (payloads, plain JSON, are not walked: they hold no instants,
+    only strings)."""
     if isinstance(value, datetime):
-        yield where, value
+        yield where, value, refusal
     elif isinstance(value, BaseModel):
+        own: dict[str, Refusal] = getattr(type(value), OUT_OF_HORIZON, {})
         for name, info in type(value).model_fields.items():
             field = info.alias or name
-            yield from _instants(getattr(value, name), f"{where}.{field}" if where else field)
+            yield from _instants(
+                getattr(value, name),
+                f"{where}.{field}" if where else field,
+                own.get(name, InvalidTimeError),
+            )
     elif isinstance(value, list | tuple | dict):
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
             if isinstance(item, BaseModel | datetime):
                 yield from _instants(item, f"{where}[{key!r}]" if isinstance(key, str)
-                                     else f"{where}[{key}]")  # fmt: skip
+                                     else f"{where}[{key}]", refusal)  # fmt: skip
 
 
 def check_instants(dependant: Any, args: dict[str, Any]) -> None:
@@ -174,8 +189,13 @@ def check_instants(dependant: Any, args: dict[str, Any]) -> None:
     if found:
         days = runtime.current().settings.max_horizon_days
         now = utcnow()
-        for where, instant in found:
-            check_horizon(instant, now, days, field=where)
+        for where, instant, refusal in found:
+            try:
+                check_horizon(instant, now, days, field=where)
+            except InvalidTimeError as exc:
+                if refusal is InvalidTimeError:
+                    raise
+                raise refusal(exc.message, field=where, details=exc.details) from exc
 
 
 def request_checks(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Response[Any]:

@@ -2,7 +2,7 @@
 Gateway HTTP API (payload v2) event for the same Lambda handler, after the bearer token is
 verified as the JWT authorizer would. What the server answers itself (a malformed request,
 a head or body too large, a client too slow) is in the API's error shape, with a code the
-README's error table lists."""
+docs' error table (docs/api/index.md) lists."""
 
 from __future__ import annotations
 

@@ -185,7 +185,7 @@ class Settings(BaseModel):
     # Rows one schedule may materialize in its window (every 10 minutes for 14 days: 2016).
     quota_schedule_window_rows: int = Field(default=2000, ge=0)
     quota_api_requests_per_minute: int = Field(default=1200, ge=0)
-    # Rules not deleted. A real automation setup has tens of rules (the README's podcast
+    # Rules not deleted. A real automation setup has tens of rules (the docs' podcast
     # example has five); 500 leaves room for generated ones without letting a tenant make
     # the thousands whose fan-out starved the others (issue 33).
     quota_rules: int = Field(default=500, ge=0)

@@ -172,7 +172,7 @@ class WebhookProvider:
     idempotent = True
     io_bound = True
     # Receivers choose how long they keep webhook-ids; Standard Webhooks sets no period. The
-    # README asks a status endpoint to answer for at least this long.
+    # The docs (providers.md) ask a status endpoint to answer for at least this long.
     lookup_retention = timedelta(days=7)
     # A delivery cut off by our deadline may still be processing at the receiver.
     lookup_grace = timedelta(minutes=5)

@@ -115,8 +115,8 @@ def _max_jump(tz_name: str) -> timedelta:
     return max(offsets) - min(offsets) if offsets else timedelta(0)
 
 
-def _refuse(message: str) -> InvalidRecurrenceError:
-    return InvalidRecurrenceError(message, field=FIELD)
+def _refuse(message: str, field: str = FIELD) -> InvalidRecurrenceError:
+    return InvalidRecurrenceError(message, field=field)
 
 
 # ------------------------------------------------------------------------------ parsing
@@ -365,7 +365,7 @@ class Rule:
         self.until = require_aware(recurrence.until, field="until") if recurrence.until else None
         for name, value in (("dtstart", self.dtstart), ("until", self.until)):
             if value is not None and not YEARS[0] <= value.year <= YEARS[1]:
-                raise InvalidTimeError(
+                raise _refuse(
                     f"{name} {value.isoformat()} is out of range: years {YEARS[0]} to"
                     f" {YEARS[1]} (leave until out for no end)",
                     field=name,
@@ -581,8 +581,9 @@ def validate(
 ) -> Rule:
     """Compile a recurrence and check it against the limits; the errors say what to fix.
 
-    - dtstart no more than `max_past_days` in the past nor `horizon_days` ahead;
-    - `until`, if given, in the future;
+    - dtstart no more than `max_past_days` in the past nor `horizon_days` ahead (limits of
+      the schedule: InvalidRecurrenceError, as are dtstart and until outside YEARS);
+    - `until`, if given, in the future (InvalidTimeError);
     - at least one occurrence after `now` within `horizon_days`;
     - no two consecutive occurrences closer than `min_interval_seconds` in wall time (so
       DST does not trip it), among the first FLOOR_SAMPLE from dtstart and from now."""
@@ -590,13 +591,13 @@ def validate(
     now = require_aware(now, field="now")
     local_now = rule.to_wall(now)
     if rule.dtstart < local_now - timedelta(days=max_past_days):
-        raise InvalidTimeError(
+        raise _refuse(
             f"dtstart {rule.dtstart.isoformat()} is more than {max_past_days} days in the past;"
             " start the schedule later (an occurrence of the rule keeps its rhythm)",
             field="dtstart",
         )
     if rule.dtstart > local_now + timedelta(days=horizon_days):
-        raise InvalidTimeError(
+        raise _refuse(
             f"dtstart {rule.dtstart.isoformat()} is more than {horizon_days} days ahead",
             field="dtstart",
         )

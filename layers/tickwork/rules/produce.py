@@ -151,12 +151,15 @@ def fire(
     except RenderError as exc:
         record_failure(conn, rule, exc.message)
         return Failed(rule.id, rule.name, exc.field, exc.message)
+    # The row's own key: the firing's, with a generation (`#2`) after the rules cancelled
+    # earlier rows of it themselves. The answer gives this one, the ledger the firing's.
+    dedupe_key = with_generation(firing.idempotency_key, len(history) + 1)
     new = NewAction(
         action_type=rule.action_type,
         target_key=target,
         publish_at=firing.publish_at,
         payload=payload,
-        dedupe_key=with_generation(firing.idempotency_key, len(history) + 1),
+        dedupe_key=dedupe_key,
         source=SOURCE,
         created_by=created_by,
         rescheduled_from=firing.rescheduled_from,
@@ -188,8 +191,8 @@ def fire(
     if not scheduled.created:
         # A concurrent request made it first (its transaction committed before ours).
         return Skipped(rule.id, "duplicate", "already made for this key", scheduled.action.id)
-    return Fired(rule.id, scheduled.action.id, scheduled.action.publish_at,
-                 firing.idempotency_key, firing.rescheduled_from)  # fmt: skip
+    return Fired(rule.id, scheduled.action.id, scheduled.action.publish_at, dedupe_key,
+                 firing.rescheduled_from)  # fmt: skip
 
 
 def withdraw(conn: Connection, row: RuleRow, reason: str, result: ProduceResult) -> bool:
