@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Api
+from tests.waiting import wait_for
 from tickwork import actions
 from tickwork.db import connect
 
@@ -36,15 +37,6 @@ def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
     error: dict[str, Any] = response.json()["error"]
     assert set(error) == ERROR_KEYS
     return error
-
-
-def wait_for(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def arrived_ids(api: Api) -> list[str]:

@@ -15,8 +15,9 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Api
-from tests.e2e.test_api import error_of, wait_for, webhook
+from tests.e2e.test_api import error_of, webhook
 from tests.e2e.test_api_hostile_input import rows
+from tests.waiting import wait_for
 from tickwork.local import api_server
 from tickwork.local.auth import LocalJwt
 

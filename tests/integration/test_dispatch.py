@@ -11,10 +11,18 @@ from typing import Any
 
 import pytest
 
-from tests.engine import claimed_an_hour_ago, drain, row, seed, statuses, webhook_receiver
+from tests.engine import (
+    claimed_an_hour_ago,
+    drain,
+    row,
+    seed,
+    statuses,
+    webhook_receiver,
+)
 from tests.fakes import LOOPBACK
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply
 from tests.handlers import FakeLambdaContext, load_handler
+from tests.waiting import wait_for
 from tickwork import runtime as runtime_slot
 from tickwork.actions import Action
 from tickwork.db import Database, connect
@@ -294,14 +302,16 @@ def webhook_row(conn, workspace, now) -> Any:
 
 def run_until_settled(conn, runtime: Runtime, action_id: Any, timeout: float = 10) -> dict:
     """Tick and drain until the row is terminal (backoffs re-enqueue themselves)."""
-    deadline = time.monotonic() + timeout
     run_tick(conn, runtime.queues, runtime.settings)
-    while time.monotonic() < deadline:
+
+    def settled() -> dict | None:
         drain(runtime, "webhook", wait=0.2)
         current = row(conn, action_id)
-        if current["status"] in ("published", "failed"):
-            return current
-    raise AssertionError(f"row did not settle: {row(conn, action_id)}")
+        return current if current["status"] in ("published", "failed") else None
+
+    return wait_for(
+        settled, timeout, interval=0, message=lambda: f"row did not settle: {row(conn, action_id)}"
+    )
 
 
 def test_webhook_is_signed_per_standard_webhooks(conn, workspace, runtime, hook, now):

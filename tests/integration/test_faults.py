@@ -23,6 +23,7 @@ from tests.fakes import LOOPBACK
 from tests.fakes.db_proxy import DbProxy, db_proxy
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
 from tests.handlers import FakeLambdaContext
+from tests.waiting import wait_for
 from tickwork import dispatch as dispatch_module
 from tickwork.actions import Action
 from tickwork.db import Database
@@ -171,11 +172,12 @@ def test_a_tick_killed_between_mark_and_send_strands_nothing(
     assert killed.returncode == -9
     # When the next tick runs, it sends every row at once (not after the redelivery timeout)
     queues = RecordingQueues()
-    deadline = time.monotonic() + 5
-    while not queues.ids() and time.monotonic() < deadline:
+
+    def sent() -> list[UUID]:
         run_tick(conn, queues, settings)  # the server may take a moment to see the death
-        time.sleep(0.05)
-    assert sorted(queues.ids()) == sorted(ids)
+        return queues.ids()
+
+    assert sorted(wait_for(sent, timeout=5)) == sorted(ids)
 
 
 def test_a_claim_retried_after_an_error_keeps_the_message_of_a_row_it_may_have_claimed(
@@ -240,9 +242,7 @@ def test_a_restarted_local_runtime_fires_what_its_previous_run_had_enqueued(
     # When the local runtime starts again
     local = LocalRuntime(database_url, Settings(), tick_interval=60, jwt=LocalJwt(tmp_path / "k"))
     with local:
-        deadline = time.monotonic() + 10
-        while not local.receiver.deliveries and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: local.receiver.deliveries)
         # Then the row fires on time, once
         arrived = [d.body["data"]["id"] for d in local.receiver.deliveries]
         assert arrived == [str(action_id)]
