@@ -243,7 +243,8 @@ def test_a_restarted_local_runtime_fires_what_its_previous_run_had_enqueued(
     local = LocalRuntime(database_url, Settings(), tick_interval=60, jwt=LocalJwt(tmp_path / "k"))
     with local:
         wait_for(lambda: local.receiver.deliveries)
-        # Then the row fires on time, once
+        # Then the row fires on time, once (its one message dispatched, nothing left queued)
+        wait_for(lambda: len(local.queues.queue("webhook")) == 0)
         arrived = [d.body["data"]["id"] for d in local.receiver.deliveries]
         assert arrived == [str(action_id)]
         assert local.receiver.deliveries[0].lag_seconds < 1.0
@@ -323,8 +324,8 @@ def test_fast_outcomes_are_written_while_a_slow_call_is_still_running(
     messages = [(f"m{i}", body(i_d, now, "webhook")) for i, i_d in enumerate(ids)]
     worker = threading.Thread(target=Dispatcher(runtime).dispatch, args=(messages,))
     worker.start()
-    # Then within a second the three fast ones are published, the slow one still submitted
-    time.sleep(1.0)
+    # Then the three fast ones are published while the slow one is still submitted
+    wait_for(lambda: statuses(conn).get("published", 0) >= 3, timeout=5)
     assert statuses(conn) == {"published": 3, "submitted": 1}
     worker.join()
     assert statuses(conn) == {"published": 4}
