@@ -23,13 +23,13 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from tickwork import migrate
-from tickwork.config import Settings
-from tickwork.db import Connection, Database, connect, local_api_login
 from tickwork.local.embedded import EmbeddedPostgres, with_database
+from tickwork.platform import migrate
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Connection, Database, connect, local_api_login
+from tickwork.platform.queues.memory import InProcessQueues
 from tickwork.providers import ProviderRegistry
 from tickwork.providers.log import LogProvider
-from tickwork.queues.memory import InProcessQueues
 from tickwork.runtime import Runtime
 
 # Metrics and traces have nowhere to go in tests.

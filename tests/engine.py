@@ -14,11 +14,11 @@ from uuid import UUID
 from tests.fakes import LOOPBACK
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, fake_webhook_server
 from tests.waiting import wait_for
-from tickwork.db import Connection
-from tickwork.dispatch import Dispatcher, DispatchSummary
+from tickwork.engine.dispatch import Dispatcher, DispatchSummary
+from tickwork.platform.db import Connection
+from tickwork.platform.queues.memory import InProcessQueues
+from tickwork.platform.queues.port import OutgoingMessage
 from tickwork.providers.webhook import WebhookProvider
-from tickwork.queues.memory import InProcessQueues
-from tickwork.queues.port import OutgoingMessage
 from tickwork.runtime import Runtime
 
 

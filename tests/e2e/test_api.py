@@ -10,8 +10,8 @@ import pytest
 
 from tests.e2e.conftest import Api
 from tests.waiting import wait_for
-from tickwork import actions
-from tickwork.db import connect
+from tickwork.actions import model, store
+from tickwork.platform.db import connect
 
 ERROR_KEYS = {"code", "message", "details"}
 
@@ -157,8 +157,8 @@ def test_cancel_is_idempotent_and_refused_past_queued(api, database_url):
     assert api.admin.call("POST", path)["status"] == "cancelled"
     published = create(api, thing_id="done")
     with connect(database_url) as conn:
-        actions.claim(conn, "webhook", [published["id"]], early_tolerance=7200)
-        actions.finalize(conn, [actions.published(published["id"], "p1")])
+        store.claim(conn, "webhook", [published["id"]], early_tolerance=7200)
+        store.finalize(conn, [model.published(published["id"], "p1")])
     refused = api.admin.http.post(f"/v1/actions/{published['id']}/cancel")
     assert "only queued actions can be cancelled" in error_of(refused, 409)["message"]
 
@@ -186,8 +186,8 @@ def test_send_now_fires_at_once(api):
 def make_failed(api: Api, database_url: str) -> str:
     created = create(api, thing_id="post-f")
     with connect(database_url) as conn:
-        actions.claim(conn, "webhook", [created["id"]], early_tolerance=7200)
-        actions.finalize(conn, [actions.failed(created["id"], "provider_rejected", "400")])
+        store.claim(conn, "webhook", [created["id"]], early_tolerance=7200)
+        store.finalize(conn, [model.failed(created["id"], "provider_rejected", "400")])
     return str(created["id"])
 
 

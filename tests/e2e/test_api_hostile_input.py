@@ -11,7 +11,7 @@ import pytest
 from tests.e2e.conftest import Api
 from tests.e2e.test_api import at, create, error_of, webhook
 from tests.waiting import wait_for
-from tickwork.db import connect
+from tickwork.platform.db import connect
 
 SOCIAL_INTENT = (
     '{"action_type": "publish_post", "targets": [%s], "date": "2027-05-20", "time": "09:00"}'

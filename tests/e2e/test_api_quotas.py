@@ -17,8 +17,8 @@ from tests.e2e.conftest import Api, running_api
 from tests.e2e.test_api import at, create, error_of, webhook
 from tests.waiting import wait_for
 from tickwork import quotas
-from tickwork.config import Settings
-from tickwork.db import connect
+from tickwork.platform.config import Settings
+from tickwork.platform.db import connect
 from tickwork.quotas import QUOTA_NAMES
 
 QUOTAS = {

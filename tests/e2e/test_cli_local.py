@@ -16,12 +16,12 @@ import pytest
 
 from tests.waiting import wait_for
 from tickwork import cli
-from tickwork.config import Settings
 from tickwork.local.auth import LocalJwt
 from tickwork.local.errors import PortInUseError
 from tickwork.local.paths import DevServer, data_dir, jwt_key_file
 from tickwork.local.runner import LocalRuntime
-from tickwork.queues.memory import Message
+from tickwork.platform.config import Settings
+from tickwork.platform.queues.memory import Message
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from tests.e2e.test_connections_api import at, raw, schedule, settle
 from tests.fakes import OperatorLog
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
 from tests.integration.test_unsafe_addresses import WRAPPED_URLS
-from tickwork.db import connect
+from tickwork.platform.db import connect
 
 # Parts of the URL a tenant's admin gives that carry secrets: userinfo, token-like path
 # segments, query values, the fragment.

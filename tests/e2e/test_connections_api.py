@@ -23,7 +23,7 @@ from tests.fakes.twilio import ACCOUNT_SID, AUTH_TOKEN, FROM, FakeTwilio
 from tests.fakes.twilio import error as twilio_error
 from tests.fakes.webhook_server import SECRET, fake_webhook_server
 from tests.waiting import wait_for
-from tickwork.db import connect
+from tickwork.platform.db import connect
 from tickwork.providers.postmark import PostmarkProvider
 from tickwork.providers.slack import SlackProvider
 from tickwork.providers.twilio import TwilioProvider
@@ -68,7 +68,7 @@ def fakes(api: Api) -> Iterator[dict[str, Any]]:
 
 def settle(api: Api, action_id: str, timeout: float = 10.0) -> dict[str, Any]:
     """Tick (the fixture's tick is once a minute) until the row is terminal."""
-    from tickwork.tick import run_tick
+    from tickwork.engine.tick import run_tick
 
     rt = api.local.runtime
     last: dict[str, Any] = {}

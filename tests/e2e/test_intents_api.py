@@ -11,7 +11,7 @@ import pytest
 from tests.e2e.conftest import Api
 from tests.e2e.test_api import error_of
 from tests.waiting import wait_for
-from tickwork.db import connect
+from tickwork.platform.db import connect
 
 SOCIAL = ["instagram", "facebook", "linkedin"]
 

@@ -11,9 +11,9 @@ from uuid import UUID
 from tests.e2e.conftest import Api
 from tests.e2e.test_api import create, error_of
 from tests.waiting import wait_for
-from tickwork import actions
-from tickwork.actions import Action, Attempt
-from tickwork.db import connect
+from tickwork.actions import model, store
+from tickwork.actions.model import Action, Attempt
+from tickwork.platform.db import connect
 from tickwork.providers.base import Absent, Found, LookupResult, Outcome, Via
 
 
@@ -44,15 +44,15 @@ def claimed_and_finished(api: Api, database_url: str, outcome: str) -> str:
     wait_for(lambda: api.local.resolutions)
     created = create(api, thing_id=f"post-{outcome}")
     with connect(database_url) as conn:
-        [claimed] = actions.claim(conn, "webhook", [created["id"]], early_tolerance=7200)
+        [claimed] = store.claim(conn, "webhook", [created["id"]], early_tolerance=7200)
         now = time.time()
         if outcome == "delivered":  # the row it publishes records the call
-            done = actions.published(claimed.id, "r-1")
+            done = model.published(claimed.id, "r-1")
         else:
-            done = actions.failed(claimed.id, "ambiguous", "read timeout from the endpoint")
+            done = model.failed(claimed.id, "ambiguous", "read timeout from the endpoint")
             call = Attempt(1, now - 0.2, now, "ambiguous", excerpt="read timeout from the endpoint")
             done = done._replace(attempt=call)
-        actions.finalize(conn, [done])
+        store.finalize(conn, [done])
     return str(created["id"])
 
 

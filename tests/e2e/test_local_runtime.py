@@ -16,12 +16,12 @@ import pytest
 
 from tests.waiting import wait_for
 from tickwork import workspaces
-from tickwork.config import Settings
-from tickwork.db import connect
 from tickwork.local.auth import LocalJwt
 from tickwork.local.demo import demo_client, seed_demo, watch
 from tickwork.local.paths import data_dir, dev_record_file
 from tickwork.local.runner import LocalRuntime
+from tickwork.platform.config import Settings
+from tickwork.platform.db import connect
 from tickwork.providers.log import LogProvider
 
 TICKWORK = [sys.executable, "-m", "tickwork.cli"]

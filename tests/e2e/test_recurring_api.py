@@ -13,8 +13,8 @@ from psycopg.rows import dict_row
 from tests.e2e.conftest import Api
 from tests.e2e.test_api import arrived_ids, error_of
 from tests.waiting import wait_for
-from tickwork import actions
-from tickwork.db import connect
+from tickwork.actions import model, store
+from tickwork.platform.db import connect
 
 NEW_YORK = ZoneInfo("America/New_York")
 DAILY = "FREQ=DAILY"  # at dtstart's wall time
@@ -74,13 +74,13 @@ def finish(database_url: str, action_ids: list[str], *, fail: bool) -> None:
     """Drive queued rows to failed or published through the state machine, as a dispatcher
     would."""
     with connect(database_url) as conn:
-        assert actions.claim(conn, "webhook", action_ids, early_tolerance=60 * 86400)
-        actions.finalize(
+        assert store.claim(conn, "webhook", action_ids, early_tolerance=60 * 86400)
+        store.finalize(
             conn,
             [
-                actions.failed(i, "provider_rejected", "HTTP 410 Gone")
+                model.failed(i, "provider_rejected", "HTTP 410 Gone")
                 if fail
-                else actions.published(i, "p1")
+                else model.published(i, "p1")
                 for i in action_ids
             ],
         )

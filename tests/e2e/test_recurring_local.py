@@ -8,10 +8,10 @@ from zoneinfo import ZoneInfo
 
 from tests.conftest import make_workspace
 from tests.waiting import wait_for
-from tickwork import recurring
-from tickwork.config import Settings
 from tickwork.local.runner import LocalRuntime
-from tickwork.recurring import NewSchedule
+from tickwork.platform.config import Settings
+from tickwork.recurring import store as recurring
+from tickwork.recurring.store import NewSchedule
 
 
 def test_a_schedule_every_two_seconds_fires_three_times_at_the_right_seconds(database_url):

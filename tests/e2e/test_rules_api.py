@@ -12,7 +12,7 @@ import pytest
 from tests.e2e.conftest import Api
 from tests.e2e.test_api import arrived_ids, error_of
 from tests.waiting import wait_for
-from tickwork.db import connect
+from tickwork.platform.db import connect
 
 HOUR = 3600
 

@@ -16,8 +16,8 @@ import pytest
 from tests.e2e.conftest import Api, running_api
 from tests.e2e.test_api import error_of
 from tests.waiting import wait_for
-from tickwork.config import Settings
-from tickwork.db import connect
+from tickwork.platform.config import Settings
+from tickwork.platform.db import connect
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 from tests.conftest import make_workspace
-from tickwork.config import Settings
-from tickwork.db import Database, SessionLimits, connect, local_api_login
+from tickwork.platform.config import Settings
+from tickwork.platform.db import Database, SessionLimits, connect, local_api_login
 from tickwork.tenancy import tenant_transaction
 
 

@@ -25,16 +25,16 @@ from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply
 from tests.handlers import FakeLambdaContext, load_handler
 from tests.waiting import wait_for
 from tickwork import runtime as runtime_slot
-from tickwork.actions import Action
-from tickwork.db import Database, connect
-from tickwork.dispatch import Dispatcher
+from tickwork.actions.model import Action
+from tickwork.engine.dispatch import Dispatcher
+from tickwork.engine.tick import run_tick
+from tickwork.platform.db import Database, connect
+from tickwork.platform.queues.memory import InProcessQueues
+from tickwork.platform.queues.port import OutgoingMessage
 from tickwork.providers.base import Ambiguous, Outcome, Via
 from tickwork.providers.log import LogProvider
 from tickwork.providers.webhook import WebhookProvider
-from tickwork.queues.memory import InProcessQueues
-from tickwork.queues.port import OutgoingMessage
 from tickwork.runtime import Runtime
-from tickwork.tick import run_tick
 
 
 def log_provider(runtime: Runtime, action_type: str = "log") -> LogProvider:
@@ -191,7 +191,7 @@ def test_the_lambda_handler_answers_with_partial_batch_failures(conn, workspace,
 def test_a_dispatcher_that_died_after_claiming_leaves_a_stuck_row_never_resent(
     conn, workspace, runtime, now
 ):
-    from tickwork import actions
+    from tickwork.actions import store as actions
 
     [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
     run_tick(conn, runtime.queues, runtime.settings)

@@ -24,17 +24,17 @@ from tests.fakes.db_proxy import DbProxy, db_proxy
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
 from tests.handlers import FakeLambdaContext
 from tests.waiting import wait_for
-from tickwork import dispatch as dispatch_module
-from tickwork.actions import Action
-from tickwork.db import Database
-from tickwork.dispatch import Dispatcher, handle_sqs_event, pending_outcomes
+from tickwork.actions.model import Action
+from tickwork.engine import dispatch as dispatch_module
+from tickwork.engine.dispatch import Dispatcher, handle_sqs_event, pending_outcomes
+from tickwork.engine.tick import recover_stuck, run_tick
 from tickwork.local.runner import sqs_record
+from tickwork.platform.db import Database
+from tickwork.platform.queues.memory import InProcessQueues
+from tickwork.platform.queues.port import OutgoingMessage
 from tickwork.providers.base import Delivered, Outcome, Rejected, Transient
 from tickwork.providers.webhook import WebhookProvider
-from tickwork.queues.memory import InProcessQueues
-from tickwork.queues.port import OutgoingMessage
 from tickwork.runtime import Runtime
-from tickwork.tick import recover_stuck, run_tick
 
 
 @pytest.fixture
@@ -129,7 +129,7 @@ def test_an_outcome_not_written_in_time_is_logged_kept_and_written_next_time(
 def test_a_row_stuck_without_an_outcome_says_where_to_look_before_a_retry(
     conn, workspace, runtime, now
 ):
-    from tickwork import actions
+    from tickwork.actions import store as actions
 
     [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
     assert actions.claim(conn, "log", [action_id])
@@ -183,7 +183,7 @@ def test_a_tick_killed_between_mark_and_send_strands_nothing(
 def test_a_claim_retried_after_an_error_keeps_the_message_of_a_row_it_may_have_claimed(
     conn, workspace, runtime, proxy, now
 ):
-    from tickwork import actions
+    from tickwork.actions import store as actions
 
     # Given a claim that committed but whose answer was lost (the row is submitted, unseen)
     [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
@@ -205,7 +205,7 @@ def test_a_claim_retried_after_an_error_keeps_the_message_of_a_row_it_may_have_c
 def test_a_message_with_a_row_its_retried_claim_may_have_taken_comes_back_late_whole(
     conn, workspace, runtime, proxy, now
 ):
-    from tickwork import actions
+    from tickwork.actions import store as actions
 
     # Given a message for two rows due together, one claimed unseen by a lost answer
     unseen, other = seed(conn, workspace, 2, now - timedelta(seconds=1))
@@ -231,9 +231,9 @@ def test_a_message_with_a_row_its_retried_claim_may_have_taken_comes_back_late_w
 def test_a_restarted_local_runtime_fires_what_its_previous_run_had_enqueued(
     database_url, conn, workspace, tmp_path
 ):
-    from tickwork.config import Settings
     from tickwork.local.auth import LocalJwt
     from tickwork.local.runner import LocalRuntime
+    from tickwork.platform.config import Settings
 
     # Given a row a previous run had handed to its (now lost) in-process queue
     due = datetime.now(UTC) + timedelta(seconds=1)
@@ -420,7 +420,7 @@ def test_an_answer_the_database_cannot_store_strands_no_sibling(conn, workspace,
 def test_a_row_left_submitted_by_a_dead_dispatcher_is_claimed_again_by_its_message(
     conn, workspace, runtime, now
 ):
-    from tickwork import actions
+    from tickwork.actions import store as actions
 
     # Given a dispatcher claimed two rows long ago and died; a third was claimed just now
     ids = seed(conn, workspace, 3, now - timedelta(seconds=1))
@@ -438,7 +438,7 @@ def test_a_row_left_submitted_by_a_dead_dispatcher_is_claimed_again_by_its_messa
 def test_a_provider_that_cannot_deduplicate_never_gets_a_dead_claim_again(
     conn, workspace, runtime, now, idempotent
 ):
-    from tickwork import actions
+    from tickwork.actions import store as actions
 
     class Once(ScriptedProvider):
         pass

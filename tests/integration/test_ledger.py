@@ -17,12 +17,12 @@ from psycopg.rows import dict_row
 from tests.engine import claimed_an_hour_ago, drain, row, seed, webhook_receiver
 from tests.fakes.webhook_server import FakeWebhookServer, Reply
 from tests.waiting import wait_for
-from tickwork import actions
-from tickwork.actions import Attempt
-from tickwork.dispatch import Dispatcher
+from tickwork.actions import model, store
+from tickwork.actions.model import Attempt
+from tickwork.engine.dispatch import Dispatcher
+from tickwork.engine.tick import recover_stuck, run_tick
 from tickwork.ledger.attempts import attempts_by_action
-from tickwork.queues.port import OutgoingMessage
-from tickwork.tick import recover_stuck, run_tick
+from tickwork.platform.queues.port import OutgoingMessage
 
 
 def calls(conn: Any, workspace: UUID, ids: list[UUID]) -> dict[UUID, list[dict[str, Any]]]:
@@ -123,7 +123,7 @@ def test_a_claim_undone_before_any_call_leaves_no_entry(conn, workspace, runtime
 def test_a_zombie_is_recorded_stuck_and_a_late_outcome_replaces_it(conn, workspace, runtime, now):
     # Given a row claimed by a dispatcher that never wrote its outcome
     [action_id] = seed(conn, workspace, 1, now - timedelta(seconds=1))
-    assert actions.claim(conn, "log", [action_id])
+    assert store.claim(conn, "log", [action_id])
     claimed_an_hour_ago(conn)
     # When the tick recovers it
     assert recover_stuck(conn, runtime.settings) == 1
@@ -131,7 +131,7 @@ def test_a_zombie_is_recorded_stuck_and_a_late_outcome_replaces_it(conn, workspa
     assert (entry["attempt"], entry["outcome"], entry["finished_at"]) == (1, "stuck", None)
     assert entry["started_at"] == row(conn, action_id)["submitted_at"]
     # And the outcome turns up later (kept by the process that could not write it)
-    applied = actions.finalize(conn, [actions.published(action_id, "p-7")])
+    applied = store.finalize(conn, [model.published(action_id, "p-7")])
     # Then the row is left failed/stuck (it is no longer submitted) but the ledger says what
     # the provider answered, for the resolver and a person to see
     assert applied == {}
@@ -172,10 +172,10 @@ def test_a_wave_records_each_of_its_calls_once(conn, workspace, runtime, now):
 def failed_calls(conn, workspace, count: int, now) -> list[UUID]:
     """Rows claimed and refused, their calls in the ledger table (as the dispatcher does)."""
     ids = seed(conn, workspace, count, now - timedelta(seconds=1))
-    claimed = actions.claim(conn, "log", ids)
+    claimed = store.claim(conn, "log", ids)
     t = time.time()
-    actions.finalize(conn, [
-        actions.failed(a.id, "provider_rejected", "no")._replace(
+    store.finalize(conn, [
+        model.failed(a.id, "provider_rejected", "no")._replace(
             attempt=Attempt(a.attempt_count, t - 0.1, t, "rejected", "provider_rejected"))
         for a in claimed
     ])  # fmt: skip

@@ -16,10 +16,12 @@ from tests.fakes import LOOPBACK, a_via, an_action
 from tests.fakes.bluesky import APP_PASSWORD, DID, HANDLE, FakeBluesky, xrpc_error
 from tests.fakes.server import Answer
 from tests.waiting import wait_for
-from tickwork import actions, connections
-from tickwork.actions import NewAction
-from tickwork.config import ActionTypeConfig
-from tickwork.errors import InputError
+from tickwork import connections
+from tickwork.actions import scheduling as actions
+from tickwork.actions.model import NewAction
+from tickwork.engine.tick import run_tick
+from tickwork.platform.config import ActionTypeConfig
+from tickwork.platform.errors import InputError
 from tickwork.providers.base import (
     Absent,
     Ambiguous,
@@ -32,7 +34,6 @@ from tickwork.providers.base import (
 )
 from tickwork.providers.bluesky import BlueskyProvider, Payload, graphemes, rkey_for
 from tickwork.providers.catalog import check_payload
-from tickwork.tick import run_tick
 
 CREATE = "/xrpc/com.atproto.repo.createRecord"
 

@@ -15,14 +15,15 @@ from tests.fakes import LOOPBACK, a_via, an_action
 from tests.fakes.mastodon import TOKEN, FakeMastodon
 from tests.fakes.server import Answer
 from tests.waiting import wait_for
-from tickwork import actions, connections
-from tickwork.actions import NewAction
-from tickwork.config import ActionTypeConfig
+from tickwork import connections
+from tickwork.actions import scheduling as actions
+from tickwork.actions.model import NewAction
 from tickwork.connections.secrets import MemorySecretStore
-from tickwork.errors import InputError
+from tickwork.engine.tick import run_tick
+from tickwork.platform.config import ActionTypeConfig
+from tickwork.platform.errors import InputError
 from tickwork.providers.base import Ambiguous, Delivered, Rejected, Transient
 from tickwork.providers.mastodon import MastodonProvider
-from tickwork.tick import run_tick
 
 
 @pytest.fixture
@@ -133,7 +134,7 @@ def test_an_ambiguous_attempt_is_retried_without_a_second_post(
 
 
 def test_a_status_over_the_connections_limit_is_refused_at_schedule_time(conn, workspace, now):
-    from tickwork.config import Settings
+    from tickwork.platform.config import Settings
 
     settings = Settings(action_types={"mastodon": ActionTypeConfig(provider="mastodon")})
     connection = connections.create(

@@ -24,15 +24,17 @@ from tests.intent_helpers import (
     statuses_by_target,
 )
 from tests.waiting import wait_for
-from tickwork import actions, intents, workspaces
 from tickwork import runtime as runtime_slot
-from tickwork.actions import NewAction
-from tickwork.db import connect
-from tickwork.intents import IntentInput, validate_intent, write_intent
-from tickwork.reconcile import ReconcileSummary, reconcile_changed, reconcile_thing
+from tickwork import workspaces
+from tickwork.actions import model, scheduling, store
+from tickwork.actions.model import NewAction
+from tickwork.engine.tick import run_tick
+from tickwork.intents import store as intents
+from tickwork.intents.reconcile import ReconcileSummary, reconcile_changed, reconcile_thing
+from tickwork.intents.store import IntentInput, validate_intent, write_intent
+from tickwork.platform.db import connect
+from tickwork.platform.wallclock import utcnow
 from tickwork.tenancy import tenant_transaction
-from tickwork.tick import run_tick
-from tickwork.wallclock import utcnow
 
 
 @pytest.fixture
@@ -65,8 +67,8 @@ def test_triple_publish_regression(conn, workspace, settings, runtime, rows_age)
     declare(conn, workspace, settings, publish_at=due)
     # and instagram already published (its provider went first)
     instagram = active_row(conn, "post-1", "instagram")
-    assert actions.claim(conn, "publish_post", [instagram["id"]], early_tolerance=60)
-    actions.finalize(conn, [actions.published(instagram["id"], "ig-1")])
+    assert store.claim(conn, "publish_post", [instagram["id"]], early_tolerance=60)
+    store.finalize(conn, [model.published(instagram["id"], "ig-1")])
 
     # When the intent flips state twice and back, reconciling every time (the write itself
     # and the cron), with rows young (the age gate holds them) or old enough to be cancelled
@@ -231,13 +233,13 @@ def test_rows_minted_by_a_user_action_stay_when_the_intent_is_unscheduled(
     declare(conn, workspace, settings, targets=("instagram",), wall_date=tomorrow,
             wall_time="09:00")  # fmt: skip
     row = active_row(conn, "post-1", "instagram")
-    assert actions.claim(conn, "publish_post", [row["id"]], early_tolerance=2 * 86400)
-    actions.finalize(conn, [actions.failed(row["id"], "provider_rejected", "400")])
-    assert actions.retry(conn, workspace, row["id"], settings).changed
+    assert store.claim(conn, "publish_post", [row["id"]], early_tolerance=2 * 86400)
+    store.finalize(conn, [model.failed(row["id"], "provider_rejected", "400")])
+    assert store.retry(conn, workspace, row["id"], settings).changed
     # and facebook sent now, linkedin scheduled directly through the API, for the same thing
     for target, source in (("facebook", "send_now"), ("linkedin", "api")):
         new = NewAction("publish_post", target, now, thing_id="post-1", source=source)
-        actions.schedule(conn, workspace, new, settings, now)
+        scheduling.schedule(conn, workspace, new, settings, now)
     age_rows(conn, 600)
     # When the intent is unscheduled
     result = intents.unschedule_intent(conn, workspace, "post-1", settings)
@@ -252,7 +254,7 @@ def test_a_submitted_row_is_never_touched(conn, workspace, settings, tomorrow):
     declare(conn, workspace, settings, targets=("instagram",), wall_date=tomorrow,
             wall_time="09:00")  # fmt: skip
     row = active_row(conn, "post-1", "instagram")
-    assert actions.claim(conn, "publish_post", [row["id"]], early_tolerance=2 * 86400)
+    assert store.claim(conn, "publish_post", [row["id"]], early_tolerance=2 * 86400)
     age_rows(conn, 600)
     moved = declare(conn, workspace, settings, targets=("instagram",), wall_date=tomorrow,
                     wall_time="10:30")  # fmt: skip
@@ -265,7 +267,7 @@ def test_a_submitted_row_is_never_touched(conn, workspace, settings, tomorrow):
 def test_a_user_cancelled_target_is_not_brought_back(conn, workspace, settings, tomorrow):
     declare(conn, workspace, settings, wall_date=tomorrow, wall_time="09:00")
     facebook = active_row(conn, "post-1", "facebook")
-    assert actions.cancel(conn, workspace, facebook["id"]).changed
+    assert store.cancel(conn, workspace, facebook["id"]).changed
     result = declare(conn, workspace, settings, wall_date=tomorrow, wall_time="10:30")
     assert result.reconciled.moved == 2
     assert result.reconciled.skipped["terminal_history"] == 1
@@ -276,7 +278,7 @@ def test_a_recurring_schedule_naming_the_thing_is_not_the_intents_history(
     conn, workspace, settings, tomorrow
 ):
     # Given a weekly schedule that posts the same thing on instagram and has published once
-    from tickwork.recurring import NewSchedule, create_schedule
+    from tickwork.recurring.store import NewSchedule, create_schedule
 
     weekly = create_schedule(
         conn, workspace,
@@ -284,8 +286,8 @@ def test_a_recurring_schedule_naming_the_thing_is_not_the_intents_history(
         settings, utcnow(),
     )  # fmt: skip
     first = weekly.created[0]
-    assert actions.claim(conn, "publish_post", [first], early_tolerance=10**7)
-    actions.finalize(conn, [actions.published(first, "p1")])
+    assert store.claim(conn, "publish_post", [first], early_tolerance=10**7)
+    store.finalize(conn, [model.published(first, "p1")])
     # When the app declares an intent for that thing on all three platforms
     result = declare(conn, workspace, settings, wall_date=tomorrow, wall_time="09:00")
     # Then instagram is scheduled too: the schedule's occurrences are neither the intent's

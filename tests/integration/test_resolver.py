@@ -22,17 +22,18 @@ from tests.fakes import LOOPBACK
 from tests.fakes.db_proxy import DbProxy, db_proxy
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
 from tests.handlers import FakeLambdaContext, load_handler
-from tickwork import dispatch as dispatch_module
 from tickwork import runtime as runtime_slot
-from tickwork.actions import Action, get
-from tickwork.db import Database, connect
-from tickwork.dispatch import Dispatcher
-from tickwork.ledger.resolver import resolve_one, resolve_unsettled
+from tickwork.actions.model import Action
+from tickwork.actions.store import get
+from tickwork.engine import dispatch as dispatch_module
+from tickwork.engine.dispatch import Dispatcher
+from tickwork.engine.resolver import resolve_one, resolve_unsettled
+from tickwork.engine.tick import recover_stuck, run_tick
+from tickwork.platform.db import Database, connect
+from tickwork.platform.queues.port import OutgoingMessage
 from tickwork.providers.base import Absent, Found, LookupResult, Outcome, Unknown, Via
 from tickwork.providers.webhook import WebhookProvider
-from tickwork.queues.port import OutgoingMessage
 from tickwork.runtime import Runtime
-from tickwork.tick import recover_stuck, run_tick
 
 
 class LookingWebhook(WebhookProvider):

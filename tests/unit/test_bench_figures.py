@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 from uuid import uuid4
 
+from tools.bench import SyncProbe, cpu_times, late_behind_stalls, steal_share
+
 from tests.waiting import wait_for
-from tickwork.bench import SyncProbe, cpu_times, late_behind_stalls, steal_share
 from tickwork.providers.log import Delivery
 
 

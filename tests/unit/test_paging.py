@@ -9,8 +9,8 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from tickwork.errors import InputError
-from tickwork.paging import decode_cursor, encode_cursor
+from tickwork.platform.errors import InputError
+from tickwork.platform.paging import decode_cursor, encode_cursor
 
 
 @pytest.mark.parametrize(
