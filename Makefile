@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install dev demo status reset test test-unit lint docs format bench bench-tenants bench-scale fuzz chaos build deploy layer-lock clean
+.PHONY: install dev demo status reset test unit integration e2e test-unit pr lint docs format bench bench-tenants bench-scale fuzz chaos build deploy layer-lock clean
 
 # A virtualenv with tickwork (editable) and the dev tools; redone when pyproject.toml changes.
 # pip prints a line per package it collects and installs, so the first run is not silent.
@@ -38,11 +38,27 @@ reset: $(STAMP)
 	$(BIN)/tickwork reset
 
 # The whole suite on a real Postgres: DATABASE_URL if set, else an embedded one.
+# Options pass through ARGS, e.g. make test ARGS='-x -k webhook'.
 test: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest $(ARGS)
 
-test-unit: $(STAMP)
-	$(BIN)/pytest tests/unit
+# One layer of the suite each (ARGS as for test): unit has no I/O; integration runs on a
+# real Postgres with moto and loopback fakes; e2e drives the local runtime over HTTP.
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit $(ARGS)
+
+integration: $(STAMP)
+	$(BIN)/pytest tests/integration $(ARGS)
+
+e2e: $(STAMP)
+	$(BIN)/pytest tests/e2e $(ARGS)
+
+test-unit: unit
+
+# Before a pull request: what CI runs on it, less the SAM builds (lint, then the whole suite).
+pr: $(STAMP)
+	$(MAKE) lint
+	$(MAKE) test
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -73,12 +73,22 @@ def drop_database(admin_url: str, name: str) -> None:
         )
 
 
+# pg_advisory_lock key for making session databases one at a time (any constant will do).
+SETUP_LOCK = 0x7469636B776F726B  # "tickwork"
+
+
 @pytest.fixture(scope="session")
 def _session_database(pg_admin_url: str) -> Iterator[str]:
     name = f"{_prefix()}_db"
-    drop_database(pg_admin_url, name)
-    url = create_database(pg_admin_url, name)
-    migrate.migrate(url)
+    # Roles belong to the server, not to a database, and the migrations create them: on a
+    # fresh server, two xdist workers migrating their databases at once would both create
+    # them, and one would fail. The lock is taken in the admin database all workers share.
+    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
+        admin.execute("select pg_advisory_lock(%s)", (SETUP_LOCK,))
+        drop_database(pg_admin_url, name)
+        url = create_database(pg_admin_url, name)
+        migrate.migrate(url)
+        local_api_login(url)
     yield url
     drop_database(pg_admin_url, name)
 

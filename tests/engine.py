@@ -15,6 +15,7 @@ from psycopg.rows import dict_row
 
 from tests.fakes import LOOPBACK
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, fake_webhook_server
+from tests.waiting import wait_for
 from tickwork.engine.dispatch import Dispatcher, DispatchSummary
 from tickwork.platform.db import Connection
 from tickwork.platform.queues.memory import InProcessQueues
@@ -129,3 +130,17 @@ def drain(
             total.failed[code] = total.failed.get(code, 0) + count
         total.lags.extend(s.lags)
     return total
+
+
+def drain_all(runtime: Runtime, action_type: str = "log", timeout: float = 10.0) -> None:
+    """Dispatch the messages of one type, delayed ones as they come due, until the queue
+    holds none at all (visible, delayed or in flight): whatever was on its way has been
+    dispatched. A test asserting that nothing more is sent waits for this first."""
+    assert isinstance(runtime.queues, InProcessQueues)
+    queue = runtime.queues.queue(action_type)
+
+    def emptied() -> bool:
+        drain(runtime, action_type, wait=0.1)
+        return len(queue) == 0
+
+    wait_for(emptied, timeout, interval=0, message=lambda: f"{action_type}: {queue.depth()}")

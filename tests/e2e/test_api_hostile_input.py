@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Api
-from tests.e2e.test_api import at, create, error_of, wait_for, webhook
+from tests.e2e.test_api import at, create, error_of, webhook
+from tests.waiting import wait_for
 from tickwork.platform.db import connect
 
 SOCIAL_INTENT = (

@@ -4,7 +4,6 @@ workspace apply to it alone, and its members can read them but not change them."
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -16,6 +15,7 @@ import pytest
 
 from tests.e2e.conftest import Api, running_api
 from tests.e2e.test_api import at, create, error_of, webhook
+from tests.waiting import wait_for
 from tickwork import quotas
 from tickwork.platform.config import Settings
 from tickwork.platform.db import connect
@@ -116,8 +116,7 @@ def test_a_schedule_may_materialize_only_its_quota_of_rows(roomy_api, database_u
 
 def away_from_a_minute_boundary() -> None:
     """The rate is counted per wall-clock minute: start well inside one."""
-    while datetime.now(UTC).second >= 50:
-        time.sleep(0.2)
+    wait_for(lambda: datetime.now(UTC).second < 50, timeout=15, interval=0.2)
 
 
 def test_the_api_rate_is_capped_per_workspace_with_retry_after(api):

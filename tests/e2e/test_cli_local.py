@@ -8,13 +8,13 @@ import json
 import os
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.waiting import wait_for
 from tickwork import cli
 from tickwork.local.auth import LocalJwt
 from tickwork.local.errors import PortInUseError
@@ -51,13 +51,14 @@ def run_json(capsys, *args: str) -> Any:
     return json.loads(out)
 
 
-def wait_for(capsys, action_id: str, status: str, timeout: float = 15) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = run_json(capsys, "actions", "show", action_id, "--workspace", "Acme")
-        if found["status"] == status or time.monotonic() > deadline:
-            return dict(found)
-        time.sleep(0.2)
+def wait_for_status(capsys, action_id: str, status: str, timeout: float = 15) -> dict[str, Any]:
+    shown: dict[str, Any] = {}
+
+    def reached() -> dict[str, Any] | None:
+        shown.update(run_json(capsys, "actions", "show", action_id, "--workspace", "Acme"))
+        return dict(shown) if shown["status"] == status else None
+
+    return wait_for(reached, timeout, interval=0.2, message=lambda: f"not {status}: {shown}")
 
 
 def test_actions_schedule_list_show_cancel_retry_with_the_apis_rules(dev, conn, capsys):
@@ -113,7 +114,7 @@ def test_actions_schedule_list_show_cancel_retry_with_the_apis_rules(dev, conn, 
     assert skipped["resolved"]["local"] == "2027-03-14T03:30:00-04:00"
     assert "moved forward by the 1 h gap" in skipped["resolved"]["note"]
     # And the first fires: published, found by the first 8 characters of its id
-    assert wait_for(capsys, soon["id"][:8], "published")["id"] == soon["id"]
+    assert wait_for_status(capsys, soon["id"][:8], "published")["id"] == soon["id"]
     # The calendar with no range says what it used: the next 31 days hold only the first
     page = run_json(capsys, "actions", "list", *acme)
     assert [a["id"] for a in page["items"]] == [soon["id"]]
@@ -199,10 +200,7 @@ def test_status_and_redrive_reach_the_dev_process_queues(dev, capsys):
     moved = run_json(capsys, "redrive")
     assert {r["action_type"]: r["moved"] for r in moved}["log"] == 1
     assert queue.dead_letters == []
-    deadline = time.monotonic() + 5
-    while len(queue) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(queue) == 0
+    wait_for(lambda: len(queue) == 0, timeout=5)
     code, out, _ = run(capsys, "redrive")
     assert code == 0
     assert "log: 0 dead letter(s) back to the queue (in-process queue)" in out

@@ -4,7 +4,6 @@ with the providers pointed at fake servers on loopback."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,6 +22,7 @@ from tests.fakes.slack import FakeSlack
 from tests.fakes.twilio import ACCOUNT_SID, AUTH_TOKEN, FROM, FakeTwilio
 from tests.fakes.twilio import error as twilio_error
 from tests.fakes.webhook_server import SECRET, fake_webhook_server
+from tests.waiting import wait_for
 from tickwork.engine.tick import run_tick
 from tickwork.platform.db import connect
 from tickwork.providers.postmark import PostmarkProvider
@@ -70,16 +70,16 @@ def fakes(api: Api) -> Iterator[dict[str, Any]]:
 def settle(api: Api, action_id: str, timeout: float = 10.0) -> dict[str, Any]:
     """Tick (the fixture's tick is once a minute) until the row is terminal."""
 
-    deadline = time.monotonic() + timeout
     rt = api.local.runtime
-    while time.monotonic() < deadline:
+    last: dict[str, Any] = {}
+
+    def settled() -> dict[str, Any] | None:
         with connect(api.local.database_url) as conn:
             run_tick(conn, rt.queues, rt.settings)
-        row = api.admin.call("GET", f"/v1/actions/{action_id}")
-        if row["status"] in ("published", "failed"):
-            return row
-        time.sleep(0.2)
-    raise AssertionError(f"not settled: {row}")
+        last.update(api.admin.call("GET", f"/v1/actions/{action_id}"))
+        return dict(last) if last["status"] in ("published", "failed") else None
+
+    return wait_for(settled, timeout, interval=0.2, message=lambda: f"not settled: {last}")
 
 
 # ------------------------------------------------------------------------ the resource

@@ -3,7 +3,6 @@ thing's intent; the thing's actions follow at once."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,6 +10,7 @@ import pytest
 
 from tests.e2e.conftest import Api
 from tests.e2e.test_api import error_of
+from tests.waiting import wait_for
 from tickwork.platform.db import connect
 
 SOCIAL = ["instagram", "facebook", "linkedin"]
@@ -71,9 +71,7 @@ def test_an_intent_due_soon_fires_on_time(api):
     view = put(api, date=None, time=None, publish_at=soon, targets=["instagram"])
     [action] = live(view).values()
     provider = api.local.runtime.providers.for_action_type("publish_post")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not provider.deliveries:  # type: ignore[attr-defined]
-        time.sleep(0.05)
+    wait_for(lambda: provider.deliveries)  # type: ignore[attr-defined]
     [delivery] = provider.deliveries  # type: ignore[attr-defined]
     assert str(delivery.action_id) == action["id"]
     assert 0 <= delivery.called_at - delivery.due_at < 0.3
@@ -151,10 +149,8 @@ def at_seconds(seconds: float) -> str:
 
 
 def wait_until_published(api: Api, client: Any, thing: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def published() -> bool:
         view = client.call("GET", f"/v1/things/{thing}/intent")
-        if any(a["status"] == "published" for a in view["actions"]):
-            return
-        time.sleep(0.05)
-    raise AssertionError("not published in time")
+        return any(a["status"] == "published" for a in view["actions"])
+
+    wait_for(published, timeout, message="not published in time")

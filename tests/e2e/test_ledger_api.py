@@ -9,7 +9,8 @@ from typing import Any
 from uuid import UUID
 
 from tests.e2e.conftest import Api
-from tests.e2e.test_api import create, error_of, wait_for
+from tests.e2e.test_api import create, error_of
+from tests.waiting import wait_for
 from tickwork.actions import model, store
 from tickwork.actions.model import Action, Attempt
 from tickwork.platform.db import connect

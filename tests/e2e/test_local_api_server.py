@@ -15,8 +15,9 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Api
-from tests.e2e.test_api import error_of, wait_for, webhook
+from tests.e2e.test_api import error_of, webhook
 from tests.e2e.test_api_hostile_input import rows
+from tests.waiting import wait_for
 from tickwork.api import actions as action_routes
 from tickwork.local import api_server
 from tickwork.local.auth import LocalJwt
@@ -165,7 +166,7 @@ def test_a_head_over_the_limit_sent_in_pieces_is_431(api):
                 sock.sendall(b"a" * 1000)
             except OSError:  # the server answered and closed
                 break
-            time.sleep(0.005)
+            time.sleep(0.005)  # a head sent in pieces, deliberately: the thing under test
         while chunk := sock.recv(65536):
             received += chunk
     assert error_answer(received, 431)["code"] == "headers_too_large"
@@ -237,16 +238,18 @@ def test_requests_are_served_concurrently(api, monkeypatch):
     # Given a request that takes 3 s inside the API
 
     real_get = action_routes.store.get
+    entered = threading.Event()
 
     def slow_get(*args, **kwargs):
-        time.sleep(3)
+        entered.set()
+        time.sleep(3)  # the slow request, deliberately: the thing under test
         return real_get(*args, **kwargs)
 
     monkeypatch.setattr(action_routes.store, "get", slow_get)
     created = api.admin.call("POST", "/v1/actions", json=webhook())
     slow = threading.Thread(target=api.admin.http.get, args=(f"/v1/actions/{created['id']}",))
     slow.start()
-    time.sleep(0.2)
+    wait_for(entered.is_set)
     # When another client calls meanwhile, it is answered without waiting for the slow one
     started = time.monotonic()
     other = httpx.get(

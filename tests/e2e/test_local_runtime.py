@@ -9,12 +9,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.waiting import wait_for
 from tickwork import workspaces
 from tickwork.local.auth import LocalJwt
 from tickwork.local.demo import demo_client, seed_demo, watch
@@ -75,17 +75,23 @@ def dev_process(database_url) -> Iterator[tuple[subprocess.Popen[str], list[str]
 def read_until(
     process: subprocess.Popen[str], lines: list[str], pattern: str, count: int, timeout: float
 ) -> list[str]:
-    deadline = time.monotonic() + timeout
     assert process.stdout is not None
-    while time.monotonic() < deadline:
+    stdout = process.stdout
+    wanted = f"wanted {count} lines matching {pattern!r}"
+
+    def matched() -> list[str] | None:
         matching = [line for line in lines if re.search(pattern, line)]
         if len(matching) >= count:
             return matching
-        line = process.stdout.readline()
+        line = stdout.readline()  # waits for the next line itself
         if not line:
-            break
+            raise AssertionError(f"{wanted}; the output ended:\n{''.join(lines)}")
         lines.append(line)
-    raise AssertionError(f"wanted {count} lines matching {pattern!r}; got:\n{''.join(lines)}")
+        return None
+
+    return wait_for(
+        matched, timeout, interval=0, message=lambda: f"{wanted}; got:\n{''.join(lines)}"
+    )
 
 
 def test_tickwork_dev_and_demo_as_a_user_runs_them(dev_process, database_url, tmp_path):
@@ -159,13 +165,6 @@ def insert_due(database_url: str, count: int, seconds_from_now: float) -> None:
         )
 
 
-def wait_until(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 @pytest.mark.parametrize("tick_process", [False, True], ids=["tick_thread", "tick_process"])
 def test_a_triggered_tick_sends_due_rows_once_each(database_url, tmp_path, tick_process):
     jwt = LocalJwt(tmp_path / "jwt-secret")
@@ -177,18 +176,19 @@ def test_a_triggered_tick_sends_due_rows_once_each(database_url, tmp_path, tick_
     local.runtime.providers.register("log", provider)
     with local:
         # Given a runtime whose first tick found nothing, and whose next is an hour away
-        wait_until(lambda: len(local.ticks) == 1)
+        wait_for(lambda: len(local.ticks) == 1, timeout=30)
         assert local.ticks[0]["enqueued"] == 0
         if tick_process:
             assert local.tick_pid not in (None, os.getpid())
         # When 300 rows fall due and the tick is triggered
         insert_due(database_url, 300, 0.5)
         local.trigger_tick()
-        wait_until(lambda: len(local.ticks) == 2)
+        wait_for(lambda: len(local.ticks) == 2, timeout=30)
         # Then that tick sent them all, through the runtime's own queue, and each fired once
         assert local.ticks[1]["enqueued"] == 300
-        wait_until(lambda: len(provider.deliveries) >= 300)
-        time.sleep(0.3)  # a duplicate would arrive meanwhile
+        # (a duplicate would come from a message still on the queue: wait until none is)
+        queue = local.queues.queue("log")
+        wait_for(lambda: len(provider.deliveries) >= 300 and len(queue) == 0, timeout=30)
         assert len({d.action_id for d in provider.deliveries}) == len(provider.deliveries) == 300
         assert local.queues.queue("log").depth()["in_flight"] == 0
         pid = local.tick_pid
@@ -238,4 +238,4 @@ def test_the_tick_process_ends_when_tickwork_dev_is_killed(dev_process):
     process.wait()
     # Then the tick's process notices and ends too, instead of ticking on alone (its next
     # tick is a minute away)
-    wait_until(lambda: not running(children[0]), timeout=15)
+    wait_for(lambda: not running(children[0]), timeout=15)

@@ -11,7 +11,8 @@ import pytest
 from psycopg.rows import dict_row
 
 from tests.e2e.conftest import Api
-from tests.e2e.test_api import arrived_ids, error_of, wait_for
+from tests.e2e.test_api import arrived_ids, error_of
+from tests.waiting import wait_for
 from tickwork.actions import model, store
 from tickwork.platform.db import connect
 

@@ -3,11 +3,11 @@ seconds, through the same handlers (tick, expander, dispatcher) Lambda runs."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from tests.conftest import make_workspace
+from tests.waiting import wait_for
 from tickwork.local.runner import LocalRuntime
 from tickwork.platform.config import Settings
 from tickwork.recurring import store as recurring
@@ -34,10 +34,13 @@ def test_a_schedule_every_two_seconds_fires_three_times_at_the_right_seconds(dat
             conn, workspace, new, local.settings, now, queues=local.queues
         )
         assert len(result.created) == 3
-        deadline = time.monotonic() + 20
-        while len(local.receiver.deliveries) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.0)  # and nothing more arrives
+        # (and nothing more is on its way: the queue is empty and the expander has run)
+        queue = local.queues.queue("webhook")
+        wait_for(
+            lambda: len(local.receiver.deliveries) >= 3 and len(queue) == 0 and local.expansions,
+            timeout=20,
+            message=lambda: f"{len(local.receiver.deliveries)} deliveries, {queue.depth()}",
+        )
         # Then it fired exactly three times, 2 s apart, each within 300 ms of its second
         deliveries = local.receiver.deliveries
         assert len(deliveries) == 3

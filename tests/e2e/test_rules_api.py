@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Api
-from tests.e2e.test_api import arrived_ids, error_of, wait_for
+from tests.e2e.test_api import arrived_ids, error_of
+from tests.waiting import wait_for
 from tickwork.platform.db import connect
 
 HOUR = 3600

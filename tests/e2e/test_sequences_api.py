@@ -14,7 +14,8 @@ from uuid import uuid4
 import pytest
 
 from tests.e2e.conftest import Api, running_api
-from tests.e2e.test_api import error_of, wait_for
+from tests.e2e.test_api import error_of
+from tests.waiting import wait_for
 from tickwork.platform.config import Settings
 from tickwork.platform.db import connect
 

@@ -63,7 +63,7 @@ class FakeServer:
                     scripted = script.pop(0) if script else None
                 answer = scripted or fake.answer(seen)
                 if answer.delay:
-                    time.sleep(answer.delay)
+                    time.sleep(answer.delay)  # a slow provider, deliberately: what a test asked
                 if isinstance(answer.body, bytes):
                     payload = answer.body
                 elif isinstance(answer.body, str):
@@ -81,7 +81,7 @@ class FakeServer:
                         for i in range(len(payload)):
                             self.wfile.write(payload[i : i + 1])
                             self.wfile.flush()
-                            time.sleep(answer.drip)
+                            time.sleep(answer.drip)  # a trickled answer, deliberately
                     else:
                         self.wfile.write(payload)
                 except OSError:

@@ -69,7 +69,7 @@ class FakeWebhookServer:
                     )  # fmt: skip
                     reply = server.script.pop(0) if server.script else Reply()
                 if reply.delay:
-                    time.sleep(reply.delay)
+                    time.sleep(reply.delay)  # a slow receiver, deliberately: what a test asked
                 payload = reply.body.encode()
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():
@@ -98,7 +98,7 @@ class FakeWebhookServer:
                 else:
                     reply = Reply(404, body='{"received": false}')
                 if reply.delay:
-                    time.sleep(reply.delay)
+                    time.sleep(reply.delay)  # a slow status page, deliberately: what a test asked
                 payload = reply.body.encode()
                 try:
                     self.send_response(reply.status)

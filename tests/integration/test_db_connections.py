@@ -63,7 +63,7 @@ def test_a_transaction_left_idle_is_terminated_and_its_locks_released(database_u
             with conn.transaction():
                 conn.execute("select id from workspaces where id = %s for update", (workspace,))
                 # When the process hangs inside the transaction
-                time.sleep(1.6)
+                time.sleep(1.6)  # the hang itself, past the 1 s limit under test
                 conn.execute("select 1")
         except psycopg.Error as exc:
             ended = exc
@@ -102,7 +102,7 @@ def test_the_limits_are_local_to_each_transaction_and_pauses_under_them_pass(dat
         conn = db.connection()
         before = conn.execute(SHOW_LIMITS).fetchone()
         with conn.transaction():
-            time.sleep(0.5)  # a pause under the limit is fine
+            time.sleep(0.5)  # a pause under the limit (the thing under test) is fine
             inside = conn.execute(SHOW_LIMITS).fetchone()
             with conn.transaction():  # a savepoint sets nothing more
                 conn.execute("select 1")

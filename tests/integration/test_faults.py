@@ -23,6 +23,7 @@ from tests.fakes import LOOPBACK
 from tests.fakes.db_proxy import DbProxy, db_proxy
 from tests.fakes.webhook_server import SECRET, FakeWebhookServer, Reply, fake_webhook_server
 from tests.handlers import FakeLambdaContext
+from tests.waiting import wait_for
 from tickwork.actions import store as actions
 from tickwork.actions.model import Action
 from tickwork.engine import dispatch as dispatch_module
@@ -173,11 +174,12 @@ def test_a_tick_killed_between_mark_and_send_strands_nothing(
     assert killed.returncode == -9
     # When the next tick runs, it sends every row at once (not after the redelivery timeout)
     queues = RecordingQueues()
-    deadline = time.monotonic() + 5
-    while not queues.ids() and time.monotonic() < deadline:
+
+    def sent() -> list[UUID]:
         run_tick(conn, queues, settings)  # the server may take a moment to see the death
-        time.sleep(0.05)
-    assert sorted(queues.ids()) == sorted(ids)
+        return queues.ids()
+
+    assert sorted(wait_for(sent, timeout=5)) == sorted(ids)
 
 
 def test_a_claim_retried_after_an_error_keeps_the_message_of_a_row_it_may_have_claimed(
@@ -237,10 +239,9 @@ def test_a_restarted_local_runtime_fires_what_its_previous_run_had_enqueued(
     # When the local runtime starts again
     local = LocalRuntime(database_url, Settings(), tick_interval=60, jwt=LocalJwt(tmp_path / "k"))
     with local:
-        deadline = time.monotonic() + 10
-        while not local.receiver.deliveries and time.monotonic() < deadline:
-            time.sleep(0.05)
-        # Then the row fires on time, once
+        wait_for(lambda: local.receiver.deliveries)
+        # Then the row fires on time, once (its one message dispatched, nothing left queued)
+        wait_for(lambda: len(local.queues.queue("webhook")) == 0)
         arrived = [d.body["data"]["id"] for d in local.receiver.deliveries]
         assert arrived == [str(action_id)]
         assert local.receiver.deliveries[0].lag_seconds < 1.0
@@ -320,8 +321,8 @@ def test_fast_outcomes_are_written_while_a_slow_call_is_still_running(
     messages = [(f"m{i}", body(i_d, now, "webhook")) for i, i_d in enumerate(ids)]
     worker = threading.Thread(target=Dispatcher(runtime).dispatch, args=(messages,))
     worker.start()
-    # Then within a second the three fast ones are published, the slow one still submitted
-    time.sleep(1.0)
+    # Then the three fast ones are published while the slow one is still submitted
+    wait_for(lambda: statuses(conn).get("published", 0) >= 3, timeout=5)
     assert statuses(conn) == {"published": 3, "submitted": 1}
     worker.join()
     assert statuses(conn) == {"published": 4}

@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 from tests.conftest import make_workspace
 from tests.engine import claimed_an_hour_ago, drain, row, seed, webhook_receiver
 from tests.fakes.webhook_server import FakeWebhookServer, Reply
+from tests.waiting import wait_for
 from tickwork.actions import model, store
 from tickwork.actions.model import Attempt
 from tickwork.engine.dispatch import Dispatcher
@@ -61,13 +62,13 @@ def webhook_rows(conn, workspace, now, count: int = 1) -> list[UUID]:
 
 
 def settle(conn, runtime, ids: list[UUID], timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
     run_tick(conn, runtime.queues, runtime.settings)
-    while time.monotonic() < deadline:
+
+    def settled() -> bool:
         drain(runtime, "webhook", wait=0.2)
-        if all(row(conn, i)["status"] in ("published", "failed") for i in ids):
-            return
-    raise AssertionError("rows did not settle")
+        return all(row(conn, i)["status"] in ("published", "failed") for i in ids)
+
+    wait_for(settled, timeout, interval=0, message="rows did not settle")
 
 
 def test_every_call_is_one_entry_matching_the_receivers_log(conn, workspace, runtime, hook, now):

@@ -42,7 +42,7 @@ class Hostile:
                         for _ in range(100):
                             self.wfile.write(b"x")
                             self.wfile.flush()
-                            time.sleep(0.25)
+                            time.sleep(0.25)  # the trickle is the thing under test
                     else:  # endless: a 1 GiB body, far more than anyone should read
                         self.send_response(400)
                         self.send_header("content-length", str(1 << 30))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from tests.engine import drain, row
 from tests.fakes import LOOPBACK, a_via, an_action
 from tests.fakes.bluesky import APP_PASSWORD, DID, HANDLE, FakeBluesky, xrpc_error
 from tests.fakes.server import Answer
+from tests.waiting import wait_for
 from tickwork import connections
 from tickwork.actions import scheduling as actions
 from tickwork.actions.model import NewAction
@@ -199,13 +201,14 @@ def test_an_ambiguous_create_is_retried_without_a_second_post(conn, workspace, r
     ), runtime.settings, now)  # fmt: skip
     # When the first create posts but its answer is lost (502), and the dispatcher retries
     pds.lose_answers = 1
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def settled() -> dict[str, Any] | None:
         run_tick(conn, runtime.queues, runtime.settings)
         drain(runtime, "bluesky", wait=0.1)
         current = row(conn, scheduled.action.id)
-        if current["status"] in ("published", "failed"):
-            break
+        return current if current["status"] in ("published", "failed") else None
+
+    current = wait_for(settled, interval=0, message="the row did not settle")
     # Then the row is published after two attempts and the PDS holds one post
     assert (current["status"], current["attempt_count"]) == ("published", 2)
     assert pds.posts == 1

@@ -4,9 +4,9 @@ through the dispatcher without a second post."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -14,6 +14,7 @@ from tests.engine import drain, row
 from tests.fakes import LOOPBACK, a_via, an_action
 from tests.fakes.mastodon import TOKEN, FakeMastodon
 from tests.fakes.server import Answer
+from tests.waiting import wait_for
 from tickwork import connections
 from tickwork.actions import scheduling as actions
 from tickwork.actions.model import NewAction
@@ -117,13 +118,14 @@ def test_an_ambiguous_attempt_is_retried_without_a_second_post(
     ), runtime.settings, now)  # fmt: skip
     # When the first attempt posts but its answer is lost (503), and the dispatcher retries
     instance.lose_answers = 1
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def settled() -> dict[str, Any] | None:
         run_tick(conn, runtime.queues, runtime.settings)
         drain(runtime, "mastodon", wait=0.1)
         current = row(conn, scheduled.action.id)
-        if current["status"] in ("published", "failed"):
-            break
+        return current if current["status"] in ("published", "failed") else None
+
+    current = wait_for(settled, interval=0, message="the row did not settle")
     # Then the row is published after two attempts and the instance holds one post
     assert (current["status"], current["attempt_count"]) == ("published", 2)
     assert len(instance.to("/api/v1/statuses")) == 2

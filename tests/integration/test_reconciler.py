@@ -23,6 +23,7 @@ from tests.intent_helpers import (
     social_settings,
     statuses_by_target,
 )
+from tests.waiting import wait_for
 from tickwork import runtime as runtime_slot
 from tickwork import workspaces
 from tickwork.actions import model, scheduling, store
@@ -48,6 +49,7 @@ def tomorrow(now):
 
 
 def sleep_until(instant: datetime, extra: float = 0.0) -> None:
+    """Let the wall clock pass `instant`: the rows under test fall due by the clock alone."""
     time.sleep(max(0.0, (instant - utcnow()).total_seconds()) + extra)
 
 
@@ -315,9 +317,14 @@ def test_a_conflicting_insert_is_dropped_alone_and_counted(conn, workspace, sett
     # and, in a transaction not yet committed, a row for instagram of the same thing made
     # through the API: the reconciler cannot see it when it reads the thing's rows
     inserted = threading.Event()
+    dsn, reconciler = conn.info.dsn, conn.info.backend_pid
+
+    def waits_on(blocker: int, watcher) -> bool:
+        waits = "select %s = any(pg_blocking_pids(%s))"
+        return bool(watcher.execute(waits, (blocker, reconciler)).fetchone()[0])
 
     def schedule_elsewhere() -> None:
-        with connect(conn.info.dsn) as other, other.transaction():
+        with connect(dsn) as watcher, connect(dsn) as other, other.transaction():
             other.execute(
                 "insert into scheduled_actions (workspace_id, action_type, thing_id, target_key,"
                 " publish_at, source) values (%s, 'publish_post', 'post-1', 'instagram', %s,"
@@ -325,7 +332,8 @@ def test_a_conflicting_insert_is_dropped_alone_and_counted(conn, workspace, sett
                 (workspace, at),
             )
             inserted.set()
-            time.sleep(0.3)  # the reconciler's insert waits on this row's unique key
+            # committed once the reconciler's insert waits on this row's unique key
+            wait_for(lambda: waits_on(other.info.backend_pid, watcher))
 
     writer = threading.Thread(target=schedule_elsewhere)
     writer.start()

@@ -56,7 +56,7 @@ class LookingWebhook(WebhookProvider):
     def lookup(self, action: Action, via: Via | None = None) -> LookupResult:
         with self.lock:
             self.lookups.append(action.id)
-        time.sleep(0.002)  # a network round trip: lets racing resolvers overlap
+        time.sleep(0.002)  # a network round trip, deliberately: lets racing resolvers overlap
         if self.failing:
             return Unknown(self.failing)
         found = [r for r in self.server.requests if r.action_id == str(action.id)]

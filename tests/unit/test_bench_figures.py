@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from uuid import uuid4
 
+from tests.waiting import wait_for
 from tickwork.providers.log import Delivery
 from tools.bench import SyncProbe, cpu_times, late_behind_stalls, steal_share
 
@@ -30,7 +31,7 @@ def test_a_late_delivery_is_the_disks_only_when_a_sync_stalled_while_it_waited()
 def test_the_probe_times_durable_writes_in_its_directory_and_leaves_nothing(tmp_path):
     before = time.time()
     with SyncProbe(tmp_path) as probe:
-        time.sleep(0.2)
+        wait_for(lambda: len(probe.samples) >= 3)
     assert probe.samples
     assert all(before <= started <= time.time() and took > 0 for started, took in probe.samples)
     assert probe.stalls(over=0.0) == probe.samples
@@ -53,10 +54,13 @@ def test_the_machines_cpu_times_are_read_by_kind_and_only_grow():
     if first is None:  # no /proc on this system
         assert steal_share(first, cpu_times()) is None
         return
-    # The counters move in clock ticks (10 ms) of every CPU, busy or idle: wait out several.
-    time.sleep(0.1)
-    second = cpu_times()
-    assert second is not None
+    # The counters move in clock ticks (10 ms) of every CPU, busy or idle: wait until they do.
+
+    def moved() -> list[int] | None:
+        later = cpu_times()
+        return later if later is not None and sum(later) > sum(first) else None
+
+    second = wait_for(moved)
     assert len(first) == len(second) == 8
     assert all(later >= earlier for earlier, later in zip(first, second, strict=True))
     assert sum(second) > sum(first)
