@@ -5,6 +5,10 @@ in the same process (these machines are noisy; compare ratios, not absolute figu
     `log` provider. Tick enqueue rate, claim+finalize rate, end-to-end drain, lag.
 (b) spread: M rows due uniformly over S seconds → lag p50/p99/max, and the disk's sync
     stalls meanwhile, against the deliveries that were late.
+(e) sustained: each of a rising series of row counts due uniformly over S seconds, every
+    row at its own instant (100,000, 200,000, 500,000, 1,000,000 over 60 s), until the lag's
+    p99 passes 100 ms: the highest sustained rate that stays on time, and where each
+    step's time went.
 (c) baseline: the same burst through the playbook's literal algorithm: select 200 due rows
     per tick, one claim UPDATE and one finalize UPDATE per row.
 (d) floor: the burst's own SQL (the tick's mark, the claim, the finalize, in the same batch
@@ -26,7 +30,7 @@ import queue
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,6 +45,7 @@ from psycopg.rows import dict_row
 
 from tickwork.actions import store as actions
 from tickwork.actions.model import action_from_row
+from tickwork.engine.dispatch import Dispatcher
 from tickwork.local.embedded import EmbeddedPostgres, with_database
 from tickwork.local.handlers import quiet_powertools
 from tickwork.local.runner import LocalRuntime
@@ -48,6 +53,7 @@ from tickwork.platform import migrate
 from tickwork.platform.config import ActionTypeConfig, Settings
 from tickwork.platform.db import Connection, connect
 from tickwork.platform.queues import enqueue
+from tickwork.platform.queues.port import MESSAGE_WINDOW
 from tickwork.platform.sql import query
 from tickwork.platform.wallclock import utcnow
 from tickwork.providers.log import Delivery, LogProvider
@@ -56,6 +62,9 @@ BENCH_DATABASE = "tickwork_bench"
 # Rows of the `log` type due together share messages of up to this many ids; a burst's
 # dispatch takes `--batch` rows, in as many messages as that makes.
 ROWS_PER_MESSAGE = 100
+# The sustained search's steps (rows over --sustained-seconds), and the p99 a step must keep.
+SUSTAINED_STEPS = (100_000, 200_000, 500_000, 1_000_000)
+SUSTAINED_P99_MS = 100.0
 
 
 @dataclass
@@ -89,12 +98,16 @@ class Stages:
         self.lock = threading.Lock()
         self.seconds: dict[str, float] = {"claim": 0.0, "finalize": 0.0}
         self.rows: dict[str, int] = {"claim": 0, "finalize": 0}
+        self.calls: dict[str, int] = {"claim": 0, "finalize": 0}
         self.statements = 0
+        self.dispatches = 0  # dispatcher invocations
+        self.messages = 0  # queue messages they received
 
     def add(self, stage: str, seconds: float, rows: int) -> None:
         with self.lock:
             self.seconds[stage] += seconds
             self.rows[stage] += rows
+            self.calls[stage] += 1
 
     def rate(self, stage: str) -> float:
         return self.rows[stage] / max(self.seconds[stage], 1e-9)
@@ -104,6 +117,7 @@ class Stages:
 def measured(stages: Stages) -> Iterator[None]:
     """Time actions.claim and actions.finalize and count statements while the block runs."""
     claim, finalize, execute = actions.claim, actions.finalize, psycopg.Cursor.execute
+    dispatch = Dispatcher.dispatch
 
     def timed_claim(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
@@ -117,16 +131,25 @@ def measured(stages: Stages) -> Iterator[None]:
         stages.add("finalize", time.perf_counter() - started, len(outcomes))
         return result
 
+    def counted_dispatch(self: Dispatcher, messages: Sequence[Any], *args: Any,
+                         **kwargs: Any) -> Any:  # fmt: skip
+        with stages.lock:
+            stages.dispatches += 1
+            stages.messages += len(messages)
+        return dispatch(self, messages, *args, **kwargs)
+
     def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
         stages.statements += 1  # a race may lose a count: a bench figure, not a ledger
         return execute(self, *args, **kwargs)
 
     actions.claim, actions.finalize = timed_claim, timed_finalize
     psycopg.Cursor.execute = counted  # type: ignore[method-assign]
+    Dispatcher.dispatch = counted_dispatch  # type: ignore[method-assign]
     try:
         yield
     finally:
         actions.claim, actions.finalize = claim, finalize
+        Dispatcher.dispatch = dispatch  # type: ignore[method-assign]
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
 
 
@@ -499,6 +522,12 @@ def report_costs(count: int, result: dict[str, Any]) -> None:
         print(f"    another transaction held back the clean-up of old row versions in"
               f" {result['horizon_held']} of {result['horizon_samples']} samples: fewer"
               " updates can be HOT on a shared server")  # fmt: skip
+    print(f"    dispatcher invocations: {stages.dispatches:,}, {stages.messages:,} messages,"
+          f" {count / max(stages.messages, 1):.1f} rows per message,"
+          f" {stages.messages / max(stages.dispatches, 1):.1f} messages per invocation;"
+          f" claims {stages.calls['claim']:,} ({count / max(stages.calls['claim'], 1):.1f} rows"
+          f" each), finalizes {stages.calls['finalize']:,}"
+          f" ({count / max(stages.calls['finalize'], 1):.1f} rows each)")  # fmt: skip
     pg = result["postgres_cpu"]
     pg_text = "not on this machine" if pg is None else f"{pg:.2f} s"
     python = f"Python process {result['python_cpu']:.2f} s"
@@ -624,7 +653,7 @@ def run_seed_baseline(url: str, count: int, workers: int) -> dict[str, Any]:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tickwork-bench", description=__doc__)
     parser.add_argument("--burst", type=int, default=100_000)
     parser.add_argument("--spread-rows", type=int, default=5_000)
@@ -642,13 +671,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--skip-floor", action="store_true")
     parser.add_argument("--skip-spread", action="store_true")
+    parser.add_argument("--sustained-steps", type=steps, default=SUSTAINED_STEPS,
+                        help="rows of each step of the sustained search (e), comma-separated,"
+                        " rising")  # fmt: skip
+    parser.add_argument("--sustained-seconds", type=float, default=60.0)
+    parser.add_argument("--skip-sustained", action="store_true")
+    parser.add_argument("--sustained-only", action="store_true",
+                        help="only the sustained search (e)")  # fmt: skip
     parser.add_argument("--spread-only", action="store_true", help="only the spread (b)")
     parser.add_argument("--ledger-off", action="store_true",
                         help="every stage without the delivery ledger's writes")  # fmt: skip
     parser.add_argument("--ledger-compare", type=int, default=0, metavar="ROUNDS",
                         help="only the burst (a), ledger on and off alternately, ROUNDS"
                         " times each: the ledger's cost")  # fmt: skip
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = arguments().parse_args(argv)
     quiet_powertools()
     cpu_at_start = cpu_times()
 
@@ -676,6 +716,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.spread_only:
         report_spread(url, args.spread_rows, args.spread_seconds, ledger, tick_process)
         return finish(admin_url, server, cpu_at_start)
+    if args.sustained_only:
+        report_sustained(url, args.sustained_steps, args.sustained_seconds, ledger, tick_process)
+        return finish(admin_url, server, cpu_at_start)
     ahead = run_engine(url, n, 0.0, workers, messages, args.lead, ledger, tick_process,
                        per_message)  # fmt: skip
     report_burst(f"(a) burst: {n:,} rows due at the same second, enqueued ahead by the tick",
@@ -688,6 +731,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if not args.skip_spread:
         report_spread(url, args.spread_rows, args.spread_seconds, ledger, tick_process)
+    if not args.skip_sustained:
+        report_sustained(url, args.sustained_steps, args.sustained_seconds, ledger, tick_process)
 
     if not args.skip_floor:
         report_floor(url, n, workers, batch, ledger, ahead, late)
@@ -702,10 +747,86 @@ def report_spread(url: str, rows: int, seconds: float, ledger: bool, tick_proces
     print(f"\n(b) spread: {rows:,} rows due uniformly over {seconds:g} s (2 workers,"
           " batches of 10)")  # fmt: skip
     print(f"    delivered {spread['delivered']:,}; {spread['lags']}")
+    report_costs(rows, spread)
     overdue, behind = late_behind_stalls(spread["deliveries"], disk.stalls())
     print(f"    the disk meanwhile: {disk}; {len(disk.stalls())} syncs over 20 ms;"
           f" {overdue} deliveries more than 50 ms late, {behind} of them while a sync"
           " stalled")  # fmt: skip
+
+
+def steps(text: str) -> tuple[int, ...]:
+    """--sustained-steps: rising row counts, comma-separated."""
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or any(c <= 0 for c in counts) or list(counts) != sorted(set(counts)):
+        raise argparse.ArgumentTypeError("steps are rising positive row counts, e.g. 1000,5000")
+    return counts
+
+
+@dataclass
+class Step:
+    rows: int
+    seconds: float
+    result: dict[str, Any]
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+    @property
+    def on_time(self) -> bool:
+        lags: Lags = self.result["lags"]
+        return lags.p99 * 1000 <= SUSTAINED_P99_MS
+
+
+def search_sustained(
+    url: str, counts: Sequence[int], seconds: float, ledger: bool = True,
+    tick_process: bool = True, on_step: Callable[[Step], None] | None = None,
+) -> list[Step]:  # fmt: skip
+    """Each count of rows due uniformly over `seconds`, rising, until a step's lag p99
+    passes SUSTAINED_P99_MS (that step included): 2 dispatcher workers taking batches of up
+    to 10 messages, as the spread and a Lambda's SQS batch do."""
+    done: list[Step] = []
+    for count in counts:
+        step = Step(count, seconds, run_engine(url, count, seconds, 2, 10, 3.0, ledger,
+                                               tick_process))  # fmt: skip
+        done.append(step)
+        if on_step is not None:
+            on_step(step)
+        if not step.on_time:
+            break
+    return done
+
+
+def report_sustained(
+    url: str, counts: Sequence[int], seconds: float, ledger: bool, tick_process: bool
+) -> None:
+    print(f"\n(e) sustained: rows due uniformly over {seconds:g} s, each at its own instant, in"
+          f" rising steps until the lag's p99 passes {SUSTAINED_P99_MS:g} ms (2 workers,"
+          f" batches of 10 messages of up to {ROWS_PER_MESSAGE} rows due within"
+          f" {MESSAGE_WINDOW.total_seconds() * 1000:g} ms)")  # fmt: skip
+
+    def report(step: Step) -> None:
+        verdict = "on time" if step.on_time else f"p99 over {SUSTAINED_P99_MS:g} ms"
+        print(
+            f"\n    {step.rows:,} rows = {step.rate:,.0f} actions/s: delivered"
+            f" {step.result['distinct']:,} of {step.rows:,}; {step.result['lags']}; {verdict}"
+        )
+        report_costs(step.rows, step.result)
+
+    found = search_sustained(url, counts, seconds, ledger, tick_process, report)
+    held = [step for step in found if step.on_time]
+    if held:
+        best = held[-1]
+        more = "" if len(found) > len(held) else " (the largest step tried)"
+        print(
+            f"\n    highest sustained rate with p99 <= {SUSTAINED_P99_MS:g} ms:"
+            f" {best.rate:,.0f} actions/s ({best.rows:,} over {seconds:g} s){more}"
+        )
+    else:
+        print(f"\n    no step kept p99 <= {SUSTAINED_P99_MS:g} ms")
 
 
 def report_floor(

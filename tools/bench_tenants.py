@@ -208,8 +208,9 @@ def template_attack(client: Client, stop: threading.Event, result: PhaseResult, 
 
 
 def burst_attack(client: Client, stop: threading.Event, result: PhaseResult, plan: Plan) -> None:
-    """After a second, `plan.burst_events` events, each matched by the burst's rules."""
-    if stop.wait(1.0):
+    """After a second (half the phase, when shorter), `plan.burst_events` events, each
+    matched by the burst's rules."""
+    if stop.wait(min(1.0, plan.seconds / 2)):
         return
     run = uuid4().hex[:8]
     for n in range(plan.burst_events):

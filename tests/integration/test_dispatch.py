@@ -33,7 +33,7 @@ from tickwork.ledger.attempts import attempts_by_action
 from tickwork.local.runner import sqs_record
 from tickwork.platform.db import Database, connect
 from tickwork.platform.queues.memory import InProcessQueues
-from tickwork.platform.queues.port import OutgoingMessage
+from tickwork.platform.queues.port import OutgoingMessage, doorbells
 from tickwork.providers.base import Ambiguous, Outcome, Via
 from tickwork.providers.log import LogProvider
 from tickwork.providers.webhook import WebhookProvider
@@ -122,6 +122,88 @@ def test_a_message_slightly_early_waits_out_the_remainder(conn, workspace, runti
     assert 0.2 < slept[0] <= 0.4
     [delivery] = log_provider(runtime).deliveries
     assert 0 <= delivery.called_at - due.timestamp() < 0.15
+
+
+def rows_due(conn: Any, ids: list[Any]) -> list[datetime]:
+    found = dict(conn.execute(
+        "select id, publish_at from scheduled_actions where id = any(%s)", [ids]
+    ).fetchall())  # fmt: skip
+    return [found[i] for i in ids]
+
+
+def counting_claims(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of rows each claim statement was given, in order."""
+    given: list[int] = []
+    claim = actions.claim
+
+    def counted(conn: Any, action_type: str, ids: Any, **options: Any) -> Any:
+        given.append(len(ids))
+        return claim(conn, action_type, ids, **options)
+
+    monkeypatch.setattr(actions, "claim", counted)
+    return given
+
+
+def test_a_message_of_rows_due_at_their_own_instants_is_claimed_once_and_each_called_on_time(
+    conn, workspace, runtime, monkeypatch
+):
+    # Given 30 rows, each due at its own instant 1.5 ms apart, in one message (as the tick
+    # sends rows due within the window)
+    start = datetime.now(UTC) + timedelta(seconds=0.3)
+    ids = seed(conn, workspace, 30, start, spread=timedelta(milliseconds=45))
+    due = rows_due(conn, ids)
+    [message] = doorbells(
+        [(i, "log", d, workspace) for i, d in zip(ids, due, strict=True)], start, lambda _: 100
+    )
+    assert len(message.offsets_us) == 30
+    claims = counting_claims(monkeypatch)
+    result = Dispatcher(runtime).dispatch([("m1", message.body())])
+    # Then one statement claims them all, and each is called at its own time, never before
+    assert result.summary.published == 30
+    assert claims == [30]
+    called = {d.action_id: d.called_at for d in log_provider(runtime).deliveries}
+    lateness = [called[i] - d.timestamp() for i, d in zip(ids, due, strict=True)]
+    assert min(lateness) >= 0
+    assert max(lateness) < 0.1
+    # And their outcomes are written together, not one statement per row
+    assert result.summary.finalizes < 30
+    assert statuses(conn) == {"published": 30}
+
+
+def test_rows_falling_due_every_fraction_of_a_millisecond_share_finalizes(
+    conn, workspace, runtime, monkeypatch
+):
+    # Given 400 rows due 0.1 ms apart (10,000 a second) in messages of 100
+    start = datetime.now(UTC) + timedelta(seconds=0.3)
+    ids = seed(conn, workspace, 400, start, spread=timedelta(milliseconds=40))
+    rows = [(i, "log", d, workspace) for i, d in zip(ids, rows_due(conn, ids), strict=True)]
+    messages = doorbells(rows, start, lambda _: 100)
+    assert [len(m.action_ids) for m in messages] == [100] * 4
+    claims = counting_claims(monkeypatch)
+    result = Dispatcher(runtime).dispatch([(f"m{i}", m.body()) for i, m in enumerate(messages)])
+    # Then the claim takes the window's rows at once, and a finalize writes many rows
+    assert result.summary.published == 400
+    assert sum(claims) == 400
+    assert len(claims) <= 2
+    assert result.summary.finalizes <= 40
+    assert statuses(conn) == {"published": 400}
+
+
+def test_a_row_cancelled_while_its_message_waits_is_not_sent_and_its_siblings_are(
+    conn, workspace, runtime
+):
+    start = datetime.now(UTC) + timedelta(seconds=0.3)
+    ids = seed(conn, workspace, 3, start, spread=timedelta(milliseconds=30))
+    rows = [(i, "log", d, workspace) for i, d in zip(ids, rows_due(conn, ids), strict=True)]
+    [message] = doorbells(rows, start, lambda _: 10)
+    conn.execute(
+        "update scheduled_actions set status = 'cancelled', finished_at = now() where id = %s",
+        [ids[1]],
+    )
+    result = Dispatcher(runtime).dispatch([("m1", message.body())])
+    assert result.summary.published == 2
+    assert delivered_ids(runtime) == Counter({ids[0]: 1, ids[2]: 1})
+    assert row(conn, ids[1])["status"] == "cancelled"
 
 
 def test_kill_switch_in_the_dispatcher_keeps_rows_queued(conn, workspace, runtime, now):

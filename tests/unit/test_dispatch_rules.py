@@ -15,7 +15,13 @@ from tickwork.actions.model import Claimed
 from tickwork.actions.store import rows_as
 from tickwork.engine.dispatch import backoff_seconds, decide, taking_turns
 from tickwork.platform.config import ActionTypeConfig, Settings
-from tickwork.platform.queues.port import MessageRow, OutgoingMessage, decode_body, doorbells
+from tickwork.platform.queues.port import (
+    MESSAGE_WINDOW,
+    MessageRow,
+    OutgoingMessage,
+    decode_body,
+    doorbells,
+)
 from tickwork.providers.base import Ambiguous, Delivered, NotSent, Rejected, Transient
 
 NOW = datetime(2026, 5, 20, 9, 0, tzinfo=UTC)
@@ -147,24 +153,55 @@ def test_a_message_naming_several_rows_is_ours_only_when_every_id_is_one():
     assert rows == [MessageRow(UUID(i), "log", NOW) for i in ids]
 
 
-def test_rows_due_at_one_instant_share_messages_and_others_have_their_own():
+def test_rows_due_within_the_window_share_messages_each_with_its_own_due_time():
     at_nine, ws = NOW, uuid4()
     burst = [(uuid4(), "email", at_nine, ws) for _ in range(25)]
     webhook = [(uuid4(), "webhook", at_nine, ws) for _ in range(2)]
     spread = [(uuid4(), "email", at_nine + timedelta(milliseconds=i + 1), ws) for i in range(3)]
+    later = [(uuid4(), "email", at_nine + MESSAGE_WINDOW + timedelta(milliseconds=i + 1), ws)
+             for i in range(2)]  # fmt: skip
     # In any order: the tick's rows are in due order, enqueue_soon's in the statement's.
-    rows = burst[:10] + spread[:1] + webhook + burst[10:] + spread[1:]
+    rows = burst[:10] + later[1:] + spread[:1] + webhook + burst[10:] + spread[1:] + later[:1]
     per_type = {"email": 10, "webhook": 5}
     messages = doorbells(rows, NOW, per_type.__getitem__)
-    assert sorted(len(m.action_ids) for m in messages) == [1, 1, 1, 2, 5, 10, 10]
+    # The burst's 25 and the 3 just after fill messages of 10 in due order; the rows a
+    # window later start a message of their own; the other type has its own, in the
+    # first turn of nine o'clock
+    assert [(m.action_type, len(m.action_ids)) for m in messages] == [
+        ("email", 10), ("webhook", 2), ("email", 10), ("email", 8), ("email", 2),
+    ]  # fmt: skip
+    assert messages[3].action_ids[5:] == tuple(r[0] for r in spread)
+    assert messages[3].offsets_us == (0,) * 5 + (1000, 2000, 3000)
+    assert messages[0].offsets_us == ()  # all due at one instant: the body of old
+    assert messages[4].due_at == later[0][2]
+    # Each row decodes to its own due time, exactly
+    due = {r[0]: r[2] for r in rows}
     for message in messages:
-        assert {(i, message.action_type, message.due_at, ws) for i in message.action_ids} <= set(
-            rows
-        )
+        decoded = decode_body(message.body())
+        assert decoded is not None
+        assert [(d.action_id, d.due_at) for d in decoded] == [
+            (i, due[i]) for i in message.action_ids
+        ]
+        assert message.due_at == min(due[i] for i in message.action_ids)
         assert (message.sent_at, message.group) == (NOW, str(ws))
     assert sorted(i for m in messages for i in m.action_ids) == sorted(r[0] for r in rows)
-    # One row a message when the type says so
+    # One row a message when the type says so; and with no window, one instant a message
     assert all(len(m.action_ids) == 1 for m in doorbells(rows, NOW, lambda _: 1))
+    instants = doorbells(rows, NOW, lambda _: 100, window=timedelta(0))
+    assert sorted(len(m.action_ids) for m in instants) == [1, 1, 1, 1, 1, 2, 25]
+
+
+def test_a_message_of_rows_due_at_several_instants_is_refused_when_its_offsets_are_not():
+    ids = [str(uuid4()) for _ in range(3)]
+    due = NOW.isoformat()
+    for offsets in ([0, 5], [0, 5, 6, 7], [0, -1, 2], [0, 1.5, 2], "0,1,2", [0, True, 2],
+                    [0, 1, 10**15]):  # fmt: skip
+        body = json.dumps({"ids": ids, "type": "log", "due_at": due, "offsets_us": offsets})
+        assert decode_body(body) is None, offsets
+    body = json.dumps({"ids": ids, "type": "log", "due_at": due, "offsets_us": [0, 7, 7]})
+    assert [r.due_at - NOW for r in decode_body(body) or []] == [
+        timedelta(0), timedelta(microseconds=7), timedelta(microseconds=7),
+    ]  # fmt: skip
 
 
 def test_workspaces_due_at_one_instant_take_turns_and_never_share_a_message():

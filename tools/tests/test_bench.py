@@ -1,8 +1,13 @@
 """The benchmark's own scenarios, small: the floor publishes every row through the engine's
 statements, the scale check builds its table and times every operation, and the tenants'
-bench runs each phase and times every quiet webhook."""
+bench runs each phase and times every quiet webhook, the sustained search rises until a
+step misses."""
 
 from __future__ import annotations
+
+import argparse
+
+import pytest
 
 from tickwork import rollup
 from tickwork.platform.db import connect
@@ -77,6 +82,30 @@ def test_a_burst_through_the_runtime_fires_each_row_once_from_a_triggered_tick(d
         assert result["wal_bytes"] > 400 * 3 * 50
         # And the tick's own CPU is reported when it ran in a process of its own
         assert (result["tick_cpu"] is not None) == tick_process
+
+
+def test_the_sustained_search_rises_until_a_step_misses_and_reports_each(database_url, monkeypatch):
+    # Given two small steps of rows each due at its own instant over two seconds
+    seen: list[int] = []
+    found = bench.search_sustained(
+        database_url, [300, 600], 2.0, on_step=lambda s: seen.append(s.rows)
+    )
+    # Then each step delivered each row once, and both were reported
+    assert [s.rows for s in found] == seen == [300, 600]
+    for step in found:
+        assert step.result["delivered"] == step.result["distinct"] == step.rows
+        assert step.rate == step.rows / 2.0
+    # And a step over the bound ends the search there
+    monkeypatch.setattr(bench, "SUSTAINED_P99_MS", -1.0)
+    [missed] = bench.search_sustained(database_url, [300, 600], 2.0)
+    assert (missed.rows, missed.on_time) == (300, False)
+
+
+def test_the_sustained_steps_must_rise():
+    assert bench.steps("1000,5000") == (1000, 5000)
+    for text in ("5000,1000", "0,10", "10,10", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            bench.steps(text)
 
 
 def test_the_tenants_bench_runs_each_phase_and_times_every_quiet_webhook(database_url):

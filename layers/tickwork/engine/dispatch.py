@@ -47,6 +47,7 @@ from tickwork.platform.config import ActionTypeConfig, Settings
 from tickwork.platform.observability import emit, logger, metrics, metrics_enabled
 from tickwork.platform.queues.enqueue import enqueue_soon, unmark
 from tickwork.platform.queues.port import (
+    MESSAGE_WINDOW,
     MessageRow,
     VisibilityChange,
     decode_body,
@@ -66,10 +67,13 @@ from tickwork.providers.base import (
 from tickwork.providers.redact import Redactor, sanitize
 from tickwork.runtime import Runtime
 
-# Messages due within this much of each other are claimed together.
-WAVE_SECONDS = 0.005
-# After a provider call completes, how long to wait for siblings to finalize them together.
+# Rows due within this much after a claim's first row are claimed with it, and each called
+# at its own due time: a message's window (queues.port.MESSAGE_WINDOW) in one statement.
+CLAIM_AHEAD = MESSAGE_WINDOW
+# After a provider call completes, how long to wait for others to finalize them together,
+# and how many at most.
 FINALIZE_LINGER_SECONDS = 0.01
+FINALIZE_WAVE_ROWS = 1000
 # Finalize retries on database errors: base delay, doubled, capped.
 FINALIZE_RETRY_BASE_SECONDS = 0.2
 FINALIZE_RETRY_CAP_SECONDS = 2.0
@@ -245,6 +249,73 @@ class _Wave:
         self.uncertain: list[UUID] = []  # not claimed by a retried claim: maybe by the first
 
 
+class _Calls:
+    """Provider calls started and completed, and when to finalize the completed ones: at
+    once when nothing else is about to happen (the row is written as soon as its call
+    returns), else together, after FINALIZE_LINGER_SECONDS or FINALIZE_WAVE_ROWS of them
+    (rows falling due every fraction of a millisecond share one finalize, not one each)."""
+
+    def __init__(self, concurrency: int) -> None:
+        # A pool when the provider waits on the network; else each call runs inline.
+        self.pool = ThreadPoolExecutor(concurrency) if concurrency else None
+        self.completions: queue.SimpleQueue[_Completed] = queue.SimpleQueue()
+        self.outstanding = 0  # started, not collected
+        self.done: list[_Completed] = []  # collected, not finalized
+        self.first_done_at = 0.0  # time.monotonic() when the first of `done` was collected
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.outstanding or self.done)
+
+    def start(self, call: Callable[..., None], *args: Any) -> None:
+        self.outstanding += 1
+        if self.pool is not None:
+            self.pool.submit(call, self.completions, *args)
+        else:
+            call(self.completions, *args)
+
+    def collect(self, timeout: float) -> None:
+        """Completed calls into `done`: those completed already, else the first to complete
+        within `timeout`."""
+        block = timeout > 0
+        while self.outstanding:
+            try:
+                if block:
+                    completed = self.completions.get(timeout=timeout)
+                    block = False
+                else:
+                    completed = self.completions.get_nowait()
+            except queue.Empty:
+                return
+            if not self.done:
+                self.first_done_at = time.monotonic()
+            self.done.append(completed)
+            self.outstanding -= 1
+
+    def settle_now(self, next_due: float | None) -> bool:
+        """Whether to finalize `done` now, the next row being due in `next_due` seconds."""
+        if not self.done:
+            return False
+        idle = not self.outstanding and (next_due is None or next_due > FINALIZE_LINGER_SECONDS)
+        waited = time.monotonic() - self.first_done_at >= FINALIZE_LINGER_SECONDS
+        return idle or waited or len(self.done) >= FINALIZE_WAVE_ROWS
+
+    def linger_left(self, next_due: float | None) -> float | None:
+        """How long to wait before something is to be done; None: until a call completes."""
+        left = [next_due] if next_due is not None else []
+        if self.done:
+            left.append(self.first_done_at + FINALIZE_LINGER_SECONDS - time.monotonic())
+        return max(0.0, min(left)) if left else None
+
+    def take(self) -> list[_Completed]:
+        done, self.done = self.done, []
+        return done
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -366,30 +437,29 @@ class Dispatcher:
         summary: DispatchSummary,
         wave: _Wave,
     ) -> list[UUID]:
-        """Claim rows as they fall due (waiting out a short remainder), call the provider for
-        each claimed row (concurrently when it waits on the network, else inline), and
-        finalize outcomes in waves as the calls complete. Returns the ids of outcomes that
-        could not be written."""
+        """Claim rows as they fall due (waiting out a short remainder), with them the rows
+        due within CLAIM_AHEAD; call the provider for each claimed row at its due time
+        (concurrently when it waits on the network, else inline); finalize outcomes in
+        waves as the calls complete. Returns the ids of outcomes that could not be
+        written."""
         pending = sorted(entries, key=lambda entry: entry.due_at)
-        completions: queue.SimpleQueue[_Completed] = queue.SimpleQueue()
-        outstanding = 0
+        calls = _Calls(self.settings.provider_concurrency if provider.io_bound else 0)
+        ready: list[Claimed] = []  # claimed, in due order, waiting for their time
+        vias: dict[UUID, Via | Outcome] = {}
         unwritten: list[UUID] = []
-        pool = ThreadPoolExecutor(self.settings.provider_concurrency) if provider.io_bound else None
+        reached = self.clock()  # the latest time waited for: come, whatever the clock says
         try:
-            while pending or outstanding:
-                wait: float | None = None
+            while pending or ready or calls.busy:
+                now = max(self.clock(), reached)
                 if pending:
-                    wait = (pending[0].due_at - self.clock()).total_seconds()
-                    if wait > self.settings.max_early_wait_seconds:
+                    early = (pending[0].due_at - now).total_seconds()
+                    if early > self.settings.max_early_wait_seconds:
                         # Early by more than we wait for: hand back, to be sent again on time.
                         wave.handed_back.extend(pending)
                         pending = []
                         continue
-                    if wait > 0 and not outstanding:
-                        self.sleep(wait)
-                        wait = 0
-                    if wait <= 0:
-                        cutoff = self.clock() + timedelta(seconds=WAVE_SECONDS)
+                    if early <= 0:
+                        cutoff = now + CLAIM_AHEAD
                         due = [entry for entry in pending if entry.due_at <= cutoff]
                         pending = pending[len(due) :]
                         claimed = self._claim_wave(action_type, due, config, provider, end, wave)
@@ -398,23 +468,33 @@ class Dispatcher:
                             pending = []
                             continue
                         summary.claimed += len(claimed)
-                        vias = self._connections(claimed, config.provider)
-                        for action in taking_turns(claimed):
-                            outstanding += 1
-                            call = (completions, provider, action, deadline, vias.get(action.id))
-                            if pool is not None:
-                                pool.submit(self._call, *call)
-                            else:
-                                self._call(*call)
+                        vias |= self._connections(claimed, config.provider)
+                        ready = sorted(ready + claimed, key=lambda action: action.due_at)
                         continue
-                done = self._collect(completions, outstanding, wait)
-                outstanding -= len(done)
-                if done:
-                    unwritten += self._settle(done, provider, summary, end)
+                if ready and ready[0].due_at <= now:
+                    count = next((i for i, a in enumerate(ready) if a.due_at > now), len(ready))
+                    for action in taking_turns(ready[:count]):
+                        via = vias.pop(action.id, None)
+                        calls.start(self._call, provider, action, deadline, via)
+                    ready = ready[count:]
+                    continue
+                # Nothing to claim or call now: settle what completed, or wait for the next
+                # row's time, a completion, or the end of the completed ones' linger.
+                times = [rows[0].due_at for rows in (pending, ready) if rows]
+                next_due = (min(times) - now).total_seconds() if times else None
+                calls.collect(0.0)
+                if calls.settle_now(next_due):
+                    unwritten += self._settle(calls.take(), provider, summary, end)
+                    continue
+                timeout = calls.linger_left(next_due)
+                if calls.outstanding:
+                    calls.collect(1.0 if timeout is None else timeout)
+                elif timeout is not None:
+                    self.sleep(timeout)
+                    reached = now + timedelta(seconds=timeout)
             return unwritten
         finally:
-            if pool is not None:
-                pool.shutdown()
+            calls.close()
 
     def _claim_wave(
         self,
@@ -457,7 +537,9 @@ class Dispatcher:
                     self.runtime.db.connection(),
                     action_type,
                     [entry.action_id for entry in due],
-                    early_tolerance=self.settings.clock_skew_tolerance_seconds,
+                    # The rows claimed ahead are called at their time, not when claimed.
+                    early_tolerance=self.settings.clock_skew_tolerance_seconds
+                    + CLAIM_AHEAD.total_seconds(),
                     max_lateness=config.max_lateness_seconds,
                     reclaim_after=reclaim_after,
                 )
@@ -536,33 +618,6 @@ class Dispatcher:
             outcome = Ambiguous(f"provider raised {type(exc).__name__}")
         finally:
             completions.put(_Completed(action, outcome, called_at, time.time(), called))
-
-    @staticmethod
-    def _collect(
-        completions: queue.SimpleQueue[_Completed], outstanding: int, wait: float | None
-    ) -> list[_Completed]:
-        """The next wave of completed calls: the first to complete (waiting at most `wait`,
-        when a row falls due then), and those completing just after it."""
-        try:
-            first = completions.get(timeout=1.0 if wait is None else max(0.0, wait))
-        except queue.Empty:
-            return []
-        done = [first]
-        linger_until = time.monotonic() + FINALIZE_LINGER_SECONDS
-        while len(done) < outstanding:
-            try:
-                done.append(completions.get_nowait())
-                continue
-            except queue.Empty:
-                pass
-            remaining = linger_until - time.monotonic()
-            if remaining <= 0:
-                break
-            try:
-                done.append(completions.get(timeout=remaining))
-            except queue.Empty:
-                break
-        return done
 
     def _settle(
         self, done: list[_Completed], provider: Provider, summary: DispatchSummary, end: float
