@@ -59,7 +59,8 @@ from tickwork.platform.wallclock import utcnow
 from tickwork.providers.log import Delivery, LogProvider
 
 BENCH_DATABASE = "tickwork_bench"
-# Rows of the `log` type due together share messages of up to this many ids; a burst's
+# Rows of the `log` type due within the message window share messages of up to this many
+# ids (a type sending thousands a second would set as much: see docs/deploy.md); a burst's
 # dispatch takes `--batch` rows, in as many messages as that makes.
 ROWS_PER_MESSAGE = 100
 # The sustained search's steps (rows over --sustained-seconds), and the p99 a step must keep.

@@ -18,7 +18,13 @@ from tests.handlers import FakeLambdaContext, load_handler
 from tickwork import runtime as runtime_slot
 from tickwork.engine.tick import run_tick
 from tickwork.platform.config import MAX_ROWS_PER_MESSAGE, ActionTypeConfig, Settings
-from tickwork.platform.queues.port import OutgoingMessage, VisibilityChange, decode_body
+from tickwork.platform.queues.port import (
+    MESSAGE_WINDOW,
+    OutgoingMessage,
+    VisibilityChange,
+    decode_body,
+    doorbells,
+)
 from tickwork.platform.queues.sqs import SqsQueues
 from tickwork.runtime import Runtime
 
@@ -56,22 +62,22 @@ def test_send_uses_batches_of_ten_and_carries_the_row(sqs, now):
 
 
 def test_rows_due_together_travel_together_within_sqs_request_limits(sqs, now):
-    # Given ten messages of the most rows a message may carry, due together
+    # Given ten messages of the most rows a message may carry, each row due at its own
+    # instant across the whole message window (the longest body: every offset written)
     url = make_queue(sqs, "tickwork-webhook")
     queues = SqsQueues({"webhook": url}, client=sqs)
-    messages = [
-        OutgoingMessage(tuple(uuid4() for _ in range(MAX_ROWS_PER_MESSAGE)), "webhook", now, now)
-        for _ in range(10)
-    ]
+    ws, step = uuid4(), MESSAGE_WINDOW / MAX_ROWS_PER_MESSAGE
+    due = {uuid4(): now + i * step for i in range(10 * MAX_ROWS_PER_MESSAGE)}
+    rows = [(i, "webhook", at, ws) for i, at in due.items()]
+    messages = doorbells(rows, now, lambda _: MAX_ROWS_PER_MESSAGE)
+    assert [len(m.action_ids) for m in messages] == [MAX_ROWS_PER_MESSAGE] * 10
     # Then one SendMessageBatch of them stays within SQS's 256 KiB a request
     assert sum(len(m.body().encode()) for m in messages) <= 256 * 1024
-    # And every row arrives, named by the message that carried it
+    # And every row arrives, named by the message that carried it, with its due time
     assert queues.send("webhook", messages) == []
-    rows = [row for m in receive_all(sqs, url) for row in decode_body(m["Body"]) or []]
-    assert sorted(row.action_id for row in rows) == sorted(
-        i for m in messages for i in m.action_ids
-    )
-    assert {(row.action_type, row.due_at) for row in rows} == {("webhook", now)}
+    received = [row for m in receive_all(sqs, url) for row in decode_body(m["Body"]) or []]
+    assert sorted((row.action_id, row.due_at) for row in received) == sorted(due.items())
+    assert {row.action_type for row in received} == {"webhook"}
 
 
 def test_a_refused_request_reports_every_row_of_its_messages(sqs, now):

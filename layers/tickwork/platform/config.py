@@ -45,10 +45,12 @@ class ActionTypeConfig(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
     # The provider's hourly limit, shown against the forecast (GET /v1/forecast).
     quota_per_hour: int | None = Field(default=None, gt=0)
-    # Rows of this type due at the same instant share a queue message of up to this many
-    # ids (a burst at 09:00 sends a tenth of the messages at 10). A dispatcher invocation
-    # takes up to its batch size times this many rows: lower it for a slow provider. At
-    # most 500, so ten messages stay within SendMessageBatch's 256 KiB.
+    # Rows of this type and one workspace due within 50 ms of each other (queues.port.
+    # MESSAGE_WINDOW) share a queue message of up to this many ids (a burst at 09:00 sends
+    # a tenth of the messages at 10, and so do thousands of rows a second each due at its
+    # own instant). A dispatcher invocation takes up to its batch size times this many rows:
+    # lower it for a slow provider, raise it for thousands a second. At most 500, so ten
+    # messages stay within SendMessageBatch's 256 KiB.
     rows_per_message: int = Field(default=10, ge=1, le=MAX_ROWS_PER_MESSAGE)
 
     @property
