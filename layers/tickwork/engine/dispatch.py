@@ -2,11 +2,12 @@
 
 One batch of messages costs one claim per wave of rows falling due within CLAIM_AHEAD of
 each other (usually one: `UPDATE ... WHERE id = ANY(...) AND status = 'queued'`), each row
-called at its own due time, and one finalize per wave of provider calls completing
-together, so a fast call's outcome is written without waiting for a slow sibling, and rows
-falling due every fraction of a millisecond share one rather than one each. Provider outcomes are recorded in the rows, never thrown; one row's error
-never strands the others. Only infrastructure errors (the database unreachable) come back as
-failed messages, for the queue to deliver again, soon, with a shortened visibility.
+called at its own due time, and one finalize per wave of provider calls completing together,
+so a fast call's outcome is written without waiting for a slow sibling, and rows falling due
+every fraction of a millisecond share one rather than one each. Provider outcomes are
+recorded in the rows, never thrown; one row's error never strands the others. Only
+infrastructure errors (the database unreachable) come back as failed messages, for the queue
+to deliver again, soon, with a shortened visibility.
 
 Outcomes are sacred: a finalize that fails on the database is retried with backoff until
 the invocation's end. An outcome that still cannot be written is logged in full

@@ -88,9 +88,9 @@ def marking(conn: Connection) -> Iterator[None]:
 def send_rows(
     conn: Connection, queues: QueuePort, rows: Sequence[DueRow], now: datetime, settings: Settings
 ) -> tuple[dict[str, int], list[UUID]]:
-    """Send marked rows to their queues, rows of a type and a workspace due within the
-    message window sharing messages (queues.port.doorbells); un-mark the rows whose message failed. Returns (sent per action type, failed
-    ids)."""
+    """Send marked rows to their queues, rows of a type and a workspace due within the message
+    window sharing messages (queues.port.doorbells); un-mark the rows whose message failed.
+    Returns (sent per action type, failed ids)."""
     by_type: dict[str, list[OutgoingMessage]] = defaultdict(list)
     for message in doorbells(rows, now, settings.rows_per_message):
         by_type[message.action_type].append(message)

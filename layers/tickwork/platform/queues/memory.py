@@ -216,10 +216,11 @@ class InProcessQueue:
 
 
 def due_times(messages: Sequence[OutgoingMessage]) -> list[Entry]:
-    """(body, visible at, group) entries for `send_visible_at`. SQS delays are whole
-    seconds; here a message becomes visible at its first row's due time exactly, so the
-    dispatcher has nothing left to wait out but its other rows' (within the message window). The time is absolute, not a delay: a delay measured before
-    the bodies were built and carried to the queue made each message late by that much."""
+    """(body, visible at, group) entries for `send_visible_at`. SQS delays are whole seconds;
+    here a message becomes visible at its first row's due time exactly, so the dispatcher
+    has nothing left to wait out but its other rows' (within the message window). The time
+    is absolute, not a delay: a delay measured before the bodies were built and carried to
+    the queue made each message late by that much."""
     return [(m.body(), m.due_at.timestamp(), m.group) for m in messages]
 
 
