@@ -419,7 +419,9 @@ class ChaosReport:
             f"rows: {dict(sorted(self.statuses.items()))}, failed by code"
             f" {dict(sorted(self.failed_by_code.items()))}; dead letters {self.dead_letters}",
             f"documented ambiguous: {self.duplicates_after_ambiguous_call} second deliveries"
-            " after a call that timed out or whose dispatcher was killed during it,"
+            " after a call that timed out (the receiver's answer late, or none seen in time by"
+            " the dispatcher, which recorded it ambiguous) or whose dispatcher was killed"
+            " during it,"
             f" {self.duplicates_after_unwritten_outcome} after an outcome left unwritten"
             f" ({self.outcomes_unwritten} rows had one) and claimed again;"
             f" {self.never_called_after_kill_before_call} rows failed/stuck, never called,"
@@ -535,8 +537,13 @@ class _Run:
             rows = conn.execute(
                 "select id, status, error_code, publish_at from scheduled_actions"
             ).fetchall()
+            # Calls the dispatcher itself could not tell the end of (no answer within the
+            # provider timeout: on a loaded machine, also when the receiver answered at once).
+            unsure = {str(r[0]) for r in conn.execute(
+                "select distinct action_id from action_attempts where outcome = 'ambiguous'"
+            ).fetchall()}  # fmt: skip
         _judge(self.report, ids, rows, self.receiver.requests, self.kill_log,
-               self.outage.get("started", 0.0))  # fmt: skip
+               self.outage.get("started", 0.0), unsure)  # fmt: skip
 
     def spawn(self, role: Callable[..., None]) -> Any:
         self.report.processes_started += 1
@@ -669,12 +676,14 @@ class _Kills:
 
 def _judge_deliveries(
     report: ChaosReport, action_id: str, status: str, calls: list[Received], kills: _Kills,
-    window: float, note: str,
+    window: float, note: str, unsure: set[str],
 ) -> None:  # fmt: skip
     taken = [c for c in calls if 200 <= c.status < 300]
     if len(taken) > 1:
         first = taken[0]
-        if first.kind == "too_slow" or kills.explains(first, window):
+        # Ambiguous: the receiver answered too slowly, the dispatcher died during the call,
+        # or the dispatcher recorded the call as ambiguous (it saw no answer in time).
+        if first.kind == "too_slow" or kills.explains(first, window) or action_id in unsure:
             report.duplicates_after_ambiguous_call += 1
         elif action_id in kills.unwritten:
             report.duplicates_after_unwritten_outcome += 1
@@ -707,6 +716,7 @@ def _judge(
     requests: list[Received],
     kill_log: str,
     outage_started: float,
+    unsure: set[str],
 ) -> None:
     kills = _Kills.read(kill_log)
     report.kills = dict(kills.counts)
@@ -728,7 +738,7 @@ def _judge(
     for action_id, (_, status, code, publish_at) in status_of.items():
         calls = by_id.get(action_id, [])
         note = _note(action_id, status, code, publish_at, calls, kills, outage_started)
-        _judge_deliveries(report, action_id, status, calls, kills, window, note)
+        _judge_deliveries(report, action_id, status, calls, kills, window, note, unsure)
         if not calls:
             explained = code == "stuck" and action_id in kills.before_call
             report.never_called_after_kill_before_call += explained
