@@ -290,3 +290,42 @@ def test_actions_in_aws_go_through_the_api_handler_and_enqueue_to_sqs(
         assert "HTTP 403 forbidden: you are not a member" in capsys.readouterr().err
     finally:
         runtime_slot.install(None)
+
+
+def test_actions_why_prints_each_step_in_utc_or_the_apis_json(
+    sqs, queues, database_url, conn, capsys, monkeypatch
+):
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    ws = make_workspace(conn, "Cloud")
+    conn.execute(
+        "insert into workspace_members (workspace_id, user_id, role) values (%s, 'ops', 'admin')",
+        (ws,),
+    )
+    acting = ["--workspace", "Cloud", "--user", "ops"]
+    try:
+        args = ["actions", "schedule", *acting, "--type", "log", "--target", "t", "--in", "2h"]
+        assert cli.main([*args, "--json"]) == 0
+        created = json.loads(capsys.readouterr().out)
+        # For people: a line per step, its time in UTC, then what it says
+        assert cli.main(["actions", "why", created["id"][:8], *acting]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert re.fullmatch(
+            rf"action {created['id']} is queued \(as of \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC\):",
+            lines[0],
+        )
+        assert re.fullmatch(
+            r"  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d  Created through the API by ops, for .* UTC\.",
+            lines[1],
+        )
+        due = created["publish_at"].replace("T", " ")[:19]
+        assert lines[2].startswith(f"  {due}  Due at {due} UTC, in ")
+        # For scripts: the API's answer
+        assert cli.main(["actions", "why", created["id"], *acting, "--json"]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        assert [s["code"] for s in answer["steps"]] == ["created", "due_later"]
+        # An unknown id is the API's 404
+        assert cli.main(["actions", "why", "00000000", *acting]) == 1
+        err = capsys.readouterr().err
+        assert "HTTP 404 not_found: no action '00000000' in this workspace" in err
+    finally:
+        runtime_slot.install(None)

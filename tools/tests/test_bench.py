@@ -101,6 +101,15 @@ def test_the_sustained_search_rises_until_a_step_misses_and_reports_each(databas
     assert (missed.rows, missed.on_time) == (300, False)
 
 
+def test_a_sustained_step_is_on_time_only_when_every_row_came_within_the_bound():
+    quick = bench.Lags(0.001, 0.002, 0.003, 0.004)
+    assert bench.Step(100, 1.0, {"distinct": 100, "lags": quick}).on_time
+    # A row missing fails the step, however quick the others were
+    assert not bench.Step(100, 1.0, {"distinct": 99, "lags": quick}).on_time
+    slow = bench.Lags(0.001, 0.05, bench.SUSTAINED_P99_MS / 1000 + 0.001, 0.2)
+    assert not bench.Step(100, 1.0, {"distinct": 100, "lags": slow}).on_time
+
+
 def test_the_sustained_steps_must_rise():
     assert bench.steps("1000,5000") == (1000, 5000)
     for text in ("5000,1000", "0,10", "10,10", ""):

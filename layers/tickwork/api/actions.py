@@ -1,5 +1,5 @@
-"""/v1/actions: schedule, read, list, cancel, reschedule, retry, send now; cancel and retry
-in bulk (the actions matching a filter, a bounded batch a call)."""
+"""/v1/actions: schedule, read, list, explain (why), cancel, reschedule, retry, send now;
+cancel and retry in bulk (the actions matching a filter, a bounded batch a call)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from tickwork import calendar, changes
-from tickwork.actions import bulk, model, scheduling, store
+from tickwork.actions import bulk, model, scheduling, store, why
 from tickwork.actions.model import Action, NewAction
 from tickwork.api.models import (
     ActionOut,
@@ -26,11 +26,13 @@ from tickwork.api.models import (
     Reschedule,
     ResolvedOut,
     When,
+    WhyOut,
+    WhyStepOut,
     responses,
 )
 from tickwork.api.scope import RequestScope, scope
 from tickwork.api.sequences_models import ActionDetailOut, AttemptOut, ChangeOut, ResolveOut
-from tickwork.engine.resolver import resolve_one
+from tickwork.engine.resolver import lookup_for, resolve_one
 from tickwork.ledger.attempts import attempts_of
 from tickwork.platform.errors import ConflictError, NotFoundError
 from tickwork.platform.wallclock import describe_resolution, instant_of
@@ -182,6 +184,30 @@ def get_action(action_id: str, workspace: WorkspaceHeader) -> ActionDetailOut:
         changes=[ChangeOut.of(c) for c in log],
         attempts=[AttemptOut.of(a) for a in calls],
     )
+
+
+@router.get(
+    "/v1/actions/<action_id>/why",
+    summary="Why an action is where it is (why not yet?): its status and the steps that tell it",
+    responses=responses(200, WhyOut, "its status, and its history then where it stands"),
+)
+def why_action(action_id: str, workspace: WorkspaceHeader) -> WhyOut:
+    request = scope(router)
+    facts = why.read(request.conn, request.caller.workspace_id, _action_id(action_id))
+    if facts is None:
+        raise NotFoundError(f"no action {action_id} in this workspace")
+    retention = None
+    if why.needs_resolver(facts.action):
+        lookup = lookup_for(request.runtime, facts.action.action_type)
+        retention = lookup.lookup_retention if lookup is not None else None
+    steps = why.explain(
+        facts, request.runtime.settings, request.now, request.caller.timezone,
+        lookup_retention=retention,
+    )  # fmt: skip
+    return WhyOut(
+        id=facts.action.id, status=facts.action.status, as_of=request.now,
+        steps=[WhyStepOut.of(s) for s in steps],
+    )  # fmt: skip
 
 
 @router.post(

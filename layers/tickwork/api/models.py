@@ -20,6 +20,7 @@ from pydantic import (
 
 from tickwork.actions import bulk
 from tickwork.actions.model import Action
+from tickwork.actions.why import Step
 from tickwork.platform.wallclock import local_rendering, to_utc
 
 _RFC3339_START = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
@@ -163,6 +164,45 @@ class ActionOut(BaseModel):
             created_at=action.created_at, updated_at=action.updated_at,
             connection_id=action.connection_id,
         )  # fmt: skip
+
+
+class WhyStepOut(BaseModel):
+    """One step of an action's story: something that happened to it, or where it stands."""
+
+    code: str = Field(
+        description="what kind of step (machine-readable): created, rescheduled_from,"
+        " quiet_hours, deferred_cap, deferred_quiet_hours, cancelled, rescheduled, skipped,"
+        " dropped_cap, exited, attempt, resolved_delivered, resolved_requeued,"
+        " resolver_unsure, due_later, waiting_for_tick, in_queue, too_late, backing_off,"
+        " retried, held_kill_switch, held_paused_type, claimed, stuck_soon, published,"
+        " failed, awaiting_resolver, needs_person, retry_possible",
+        examples=["due_later"],
+    )
+    at: datetime | None = Field(
+        description="when it happened, or happens next (UTC); null when it holds now"
+    )
+    text: str = Field(
+        description="the step in one plain sentence; its times in the zone the action was"
+        " scheduled in (else the workspace's)"
+    )
+    details: dict[str, Any] = Field(
+        default_factory=dict, description="the values behind the sentence: ids, times, codes"
+    )
+
+    @classmethod
+    def of(cls, step: Step) -> WhyStepOut:
+        return cls(code=step.code, at=step.at, text=step.text, details=step.details)
+
+
+class WhyOut(BaseModel):
+    """Why an action is where it is ("why not yet?"): its status, explained."""
+
+    id: UUID
+    status: Status
+    as_of: datetime = Field(description="the time the answer was made (UTC)")
+    steps: list[WhyStepOut] = Field(
+        description="its history, oldest first, then where it stands and what happens next"
+    )
 
 
 class CalendarRange(BaseModel):

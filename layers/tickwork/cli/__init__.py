@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 from uuid import UUID
@@ -551,6 +551,24 @@ def cmd_actions_show(args: argparse.Namespace) -> int:
     return _respond(args, caller.call("GET", f"/v1/actions/{action_id}"), _show)
 
 
+def _why(answer: dict[str, Any]) -> str:
+    """An action's steps for people: when (UTC), then what."""
+    lines = [f"action {answer['id']} is {answer['status']} (as of {_utc(answer['as_of'])} UTC):"]
+    for step in answer["steps"]:
+        when = _utc(step["at"]) if step.get("at") else "now"
+        lines.append(f"  {when:<21}{step['text']}")
+    return "\n".join(lines)
+
+
+def _utc(instant: str) -> str:
+    return datetime.fromisoformat(instant).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def cmd_actions_why(args: argparse.Namespace) -> int:
+    caller, action_id = _caller(args)
+    return _respond(args, caller.call("GET", f"/v1/actions/{action_id}/why"), _why)
+
+
 def cmd_actions_schedule(args: argparse.Namespace) -> int:
 
     caller, _ = _caller(args)
@@ -840,7 +858,8 @@ def _actions_commands(
     )
     actions_parser = commands.add_parser(
         "actions",
-        help="list, show, schedule, cancel, retry actions, one or in bulk (the API's rules)",
+        help="list, show, explain (why), schedule, cancel, retry actions, one or in bulk (the"
+        " API's rules)",
         description="Actions through the API: the same validation, messages and codes.",
         parents=[version],
         formatter_class=HelpFormatter,
@@ -875,6 +894,11 @@ def _actions_commands(
     verb("show", "one action (GET /v1/actions/{id})", cmd_actions_show).add_argument(
         "id", help="action id, or its first 8 characters"
     )
+    verb(
+        "why",
+        "why an action is where it is: its steps, times in UTC (GET /v1/actions/{id}/why)",
+        cmd_actions_why,
+    ).add_argument("id", help="action id, or its first 8 characters")
     schedule = verb("schedule", "schedule an action (POST /v1/actions)", cmd_actions_schedule)
     schedule.add_argument("--type", required=True, help="action_type, e.g. webhook")
     schedule.add_argument("--target", required=True, help="target_key, e.g. primary")

@@ -95,15 +95,20 @@ class ResolveSummary:
         }
 
 
+def lookup_for(runtime: Runtime, action_type: str) -> Lookup | None:
+    """The action type's lookup; None when its provider has none (or cannot be built)."""
+    try:
+        return lookup_of(runtime.providers.for_action_type(action_type))
+    except Exception:
+        logger.exception("provider cannot be built", extra={"action_type": action_type})
+        return None
+
+
 def lookups(runtime: Runtime) -> dict[str, Lookup]:
     """The action types whose provider can be asked, and its lookup."""
     found: dict[str, Lookup] = {}
     for action_type in runtime.settings.action_types:
-        try:
-            lookup = lookup_of(runtime.providers.for_action_type(action_type))
-        except Exception:
-            logger.exception("provider cannot be built", extra={"action_type": action_type})
-            continue
+        lookup = lookup_for(runtime, action_type)
         if lookup is not None:
             found[action_type] = lookup
     return found

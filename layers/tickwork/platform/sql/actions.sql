@@ -158,6 +158,42 @@ with finalized as (
 )
 select id, status from finalized
 
+-- name: explain_action
+-- Everything GET /v1/actions/{id}/why reads, in one round trip: the row, what made it (the
+-- rule or the drip step, from the producers' ledgers), its change log with the entry of the
+-- predecessor that a reschedule replaced by it, and its provider calls from the delivery
+-- ledger (sanitized columns only). Each list is read through its table's index on the
+-- action id; the lists come as JSON arrays of rows, oldest first.
+select a.*,
+       ra.rule_id, ra.kind as rule_kind, ra.entity_type as rule_entity_type,
+       ra.entity_id as rule_entity_id, ra.reference as rule_reference,
+       ea.enrollment_id, ea.step_index, e.campaign_id,
+       coalesce((
+           select jsonb_agg(to_jsonb(c) order by c.id)
+           from action_changes c
+           where c.action_id = any(array[a.id, a.rescheduled_from])
+             and c.workspace_id = a.workspace_id
+             and (c.action_id = a.id or c.new_action_id = a.id)
+       ), '[]'::jsonb) as changes,
+       coalesce((
+           select jsonb_agg(jsonb_build_object(
+                      'action_id', t.action_id, 'attempt', t.attempt,
+                      'started_at', t.started_at, 'finished_at', t.finished_at,
+                      'latency_ms', t.latency_ms, 'outcome', t.outcome,
+                      'provider_code', t.provider_code,
+                      'provider_message_id', t.provider_message_id, 'excerpt', t.excerpt,
+                      'resolution', t.resolution, 'resolved_at', t.resolved_at,
+                      'resolution_detail', t.resolution_detail)
+                  order by t.attempt)
+           from action_attempts t
+           where t.action_id = a.id and t.workspace_id = a.workspace_id
+       ), '[]'::jsonb) as attempts
+from scheduled_actions a
+left join rule_actions ra on ra.action_id = a.id and ra.workspace_id = a.workspace_id
+left join enrollment_actions ea on ea.action_id = a.id and ea.workspace_id = a.workspace_id
+left join enrollments e on e.id = ea.enrollment_id and e.workspace_id = a.workspace_id
+where a.id = %(id)s and a.workspace_id = %(workspace_id)s
+
 -- name: bulk_cancel_actions
 -- queued -> cancelled for at most `limit` rows matching a filter, in (publish_at, id) order
 -- after the cursor (after_at, after_id), along the calendar index. `picked` reads one row
