@@ -180,6 +180,40 @@ def test_refusals_are_the_apis_code_and_message(dev, capsys):
     assert (code, "HTTP 404 not_found") == (1, err.split(":")[1].strip())
 
 
+def test_cancel_all_and_retry_all_loop_over_the_cursor_and_print_the_counts(dev, conn, capsys):
+    # Given an admin, a member, and five actions in a week, one of another type
+    assert run(capsys, "token", "--workspace", "Acme", "--create", "--admin")[0] == 0
+    assert run(capsys, "token", "--workspace", "Acme", "--user", "mel", "--create")[0] == 0
+    acme = ["--workspace", "Acme"]
+    for i in range(5):
+        run_json(
+            capsys, "actions", "schedule", *acme, "--type", "log" if i == 4 else "webhook",
+            "--target", "primary", "--thing", f"t{i}", "--at", f"2030-01-0{i + 1}T09:00:00Z",
+        )  # fmt: skip
+    # When the webhooks are cancelled two at a time
+    totals = run_json(capsys, "actions", "cancel-all", *acme, "--type", "webhook", "--limit", "2")
+    # Then every call was made and the counts add up; the other type is left
+    assert totals == {"matched": 4, "changed": 4, "skipped": 0, "refused": {}, "calls": 2}
+    rows = conn.execute("select thing_id, status from scheduled_actions order by thing_id")
+    assert rows.fetchall() == [(f"t{i}", "cancelled") for i in range(4)] + [("t4", "queued")]
+    # Retry in bulk: failed rows in a range, as the API's admins only
+    conn.execute(
+        "update scheduled_actions set status = 'failed', error_code = 'provider_rejected',"
+        " finished_at = now() where thing_id in ('t0', 't1', 't2')"
+    )
+    retry = ["actions", "retry-all", *acme, "--error-code", "provider_rejected",
+             "--due-from", "2030-01-01T00:00:00Z", "--due-to", "2030-01-03T00:00:00Z"]  # fmt: skip
+    code, _, err = run(capsys, *retry, "--user", "mel")
+    assert code == 1
+    assert "HTTP 403 forbidden: only a workspace admin can retry actions" in err
+    code, out, _ = run(capsys, *retry)
+    assert (code, out.strip()) == (0, "retried 2 of 2 matching; 0 skipped (moved on meanwhile)")
+    # An empty filter is the API's refusal
+    code, _, err = run(capsys, "actions", "cancel-all", *acme)
+    assert code == 1
+    assert "HTTP 422 invalid_input: a bulk cancel must name at least one criterion" in err
+
+
 def test_status_and_redrive_reach_the_dev_process_queues(dev, capsys):
     # Given a dead letter in the running process's log queue
     queue = dev.queues.queue("log")

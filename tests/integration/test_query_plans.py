@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from datetime import UTC, datetime, timedelta
@@ -174,6 +175,63 @@ def test_the_calendar_page_walks_the_calendar_index(conn, big_table, workspace):
     )  # fmt: skip
     assert index_scans(plan) == {"ix_scheduled_actions_calendar"}, json.dumps(plan, indent=1)
     assert "scheduled_actions" not in seq_scans(plan)
+
+
+def bulk_params(workspace: UUID, start: datetime, **extra: Any) -> dict[str, Any]:
+    """A bulk call's commonest filter: a type and a range of publish_at."""
+    return {
+        "workspace_id": workspace, "after_at": start, "after_id": UUID(int=0),
+        "before": start + timedelta(hours=2), "action_type": "webhook", "error_code": None,
+        "thing_id": None, "target_key": None, "limit": 500, **extra,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "extra"),
+    [("bulk_cancel_actions", {}), ("bulk_retry_actions", {"max_manual_retries": 5})],
+)
+def test_a_bulk_calls_selection_walks_the_calendar_index(conn, big_table, workspace, name, extra):
+    # Given history beside the queued rows: a third published, some failed
+    conn.execute(
+        "update scheduled_actions set status = case when extract(second from publish_at) < 6"
+        " then 'failed' else 'published' end, finished_at = now()"
+        " where id in (select id from scheduled_actions order by id limit 35000)"
+    )
+    conn.execute("analyze scheduled_actions")
+    for after in (big_table + timedelta(hours=2), big_table + timedelta(hours=20)):
+        ranged = bulk_params(workspace, after, **extra)
+        for params in (ranged, ranged | {"before": datetime(9999, 12, 31, tzinfo=UTC)}):
+            plan = plan_of(conn, query(name), params)
+            shown = json.dumps(plan, indent=1)
+            # The workspace, the cursor and the range bound a walk of the calendar index;
+            # the status and the type are filtered on the way
+            picked = subplan(plan, "CTE picked")
+            assert "ix_scheduled_actions_calendar" in index_scans(picked), shown
+            walk = index_node(picked, "ix_scheduled_actions_calendar")
+            assert "publish_at <" in walk["Index Cond"], shown
+            assert "ROW(publish_at, id) >" in walk["Index Cond"], shown
+            assert "scheduled_actions" not in seq_scans(plan), shown
+        # With no end to the range, the walk is in the index's order, stopping at the limit:
+        # never a sort of every row after the cursor
+        assert "Sort" not in node_types(picked), shown
+
+
+def index_node(plan: dict[str, Any], index: str) -> dict[str, Any]:
+    if plan.get("Index Name") == index:
+        return plan
+    for child in plan.get("Plans", []):
+        with contextlib.suppress(LookupError):
+            return index_node(child, index)
+    raise LookupError(index)
+
+
+def subplan(plan: dict[str, Any], name: str) -> dict[str, Any]:
+    if plan.get("Subplan Name") == name:
+        return plan
+    for child in plan.get("Plans", []):
+        with contextlib.suppress(LookupError):
+            return subplan(child, name)
+    raise LookupError(name)
 
 
 def test_no_index_names_a_column_the_claim_or_the_mark_writes(conn):

@@ -10,6 +10,7 @@ from http import HTTPStatus
 from typing import Any, cast
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, content_types
+from aws_lambda_powertools.event_handler.api_gateway import ResponseBuilder
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
@@ -98,6 +99,17 @@ class ConcurrentResolver(APIGatewayHttpResolver):
     @processed_stack_frames.setter
     def processed_stack_frames(self, value: list[str]) -> None:
         self._state.frames = value
+
+    def _resolve(self) -> ResponseBuilder[Any]:
+        # A path a static route names is that resource only: `/v1/actions/bulk-cancel` is
+        # never read as the action `bulk-cancel` of GET /v1/actions/{id}. Another method on
+        # it is a 405 naming the static route's methods (errors.allowed_methods).
+        path = self._remove_prefix(self.current_event.path)
+        method = self.current_event.http_method.upper()
+        static = [route for route in self._static_routes if route.rule.match(path)]
+        if static and all(route.method != method for route in static):
+            return self._handle_not_found(method=method, path=path)
+        return super()._resolve()
 
     def resolve(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
         state = self._state

@@ -1,4 +1,5 @@
-"""/v1/actions: schedule, read, list, explain (why), cancel, reschedule, retry, send now."""
+"""/v1/actions: schedule, read, list, explain (why), cancel, reschedule, retry, send now;
+cancel and retry in bulk (the actions matching a filter, a bounded batch a call)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from tickwork import calendar, changes
-from tickwork.actions import model, scheduling, store, why
+from tickwork.actions import bulk, model, scheduling, store, why
 from tickwork.actions.model import Action, NewAction
 from tickwork.api.models import (
     ActionOut,
     ActionPage,
+    BulkCancelIn,
+    BulkOut,
+    BulkRetryIn,
     CalendarRange,
     CreateAction,
     Instant,
@@ -257,6 +261,39 @@ def retry_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
     request.added_actions()
     request.hand_over([retried.id])
     return _out(request, retried)
+
+
+@router.post(
+    "/v1/actions/bulk-cancel",
+    summary="Cancel the queued actions matching a filter, a bounded batch a call",
+    responses=responses(200, BulkOut, "what this call did, and where to go on from"),
+)
+def bulk_cancel(body: BulkCancelIn, workspace: WorkspaceHeader) -> BulkOut:
+    request = scope(router)
+    result = bulk.cancel_matching(
+        request.conn, request.caller.workspace_id, body.where(), status=body.status,
+        limit=body.limit, after=body.after,
+    )  # fmt: skip
+    return BulkOut.of(result)
+
+
+@router.post(
+    "/v1/actions/bulk-retry",
+    summary="Retry the failed actions matching a filter, a bounded batch a call (admins)",
+    responses=responses(200, BulkOut, "what this call did, and where to go on from"),
+)
+def bulk_retry(body: BulkRetryIn, workspace: WorkspaceHeader) -> BulkOut:
+    request = scope(router)
+    request.caller.require_admin("retry actions")
+    result = bulk.retry_matching(
+        request.conn, request.caller.workspace_id, body.where(), request.runtime.settings,
+        status=body.status, limit=body.limit, after=body.after,
+    )  # fmt: skip
+    if result.changed_ids:
+        # Back to queued on the same rows, as a single retry: active again, no new actions.
+        request.added_actions()
+        request.hand_over(result.changed_ids)
+    return BulkOut.of(result)
 
 
 @router.post(

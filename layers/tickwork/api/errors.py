@@ -138,9 +138,12 @@ WORKSPACE_HEADER = "X-Workspace-Id"
 
 
 def allowed_methods(app: APIGatewayHttpResolver, path: str) -> list[str]:
-    """Methods some route serves at `path`, for a 405's Allow header."""
-    routes = app._static_routes + app._dynamic_routes
-    return sorted({route.method for route in routes if route.rule.match(path)})
+    """Methods some route serves at `path`, for a 405's Allow header: a static route's
+    alone where one names the path (`/v1/actions/bulk-cancel` is no action id)."""
+    static = {route.method for route in app._static_routes if route.rule.match(path)}
+    if static:
+        return sorted(static)
+    return sorted({route.method for route in app._dynamic_routes if route.rule.match(path)})
 
 
 def register(app: APIGatewayHttpResolver) -> None:

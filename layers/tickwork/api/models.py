@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from tickwork.actions import bulk
 from tickwork.actions.model import Action
 from tickwork.actions.why import Step
 from tickwork.platform.wallclock import local_rendering, to_utc
@@ -219,6 +220,71 @@ class ActionPage(BaseModel):
     range: CalendarRange | None = Field(
         default=None, description="the from and to used (defaults: 24 h ago, from + 31 days)"
     )
+
+
+class BulkFilterIn(Strict):
+    """Which actions a bulk call takes: at least one criterion besides `status`, `limit` and
+    `after` (an empty filter is refused, so nothing is cancelled or retried by accident).
+    Actions have no tags: `thing_id` and `target_key` name what they act on."""
+
+    action_type: str | None = Field(default=None, min_length=1, max_length=63)
+    error_code: str | None = Field(default=None, min_length=1, max_length=100)
+    due_from: Instant | None = Field(
+        default=None, description="publish_at at or after this (RFC 3339 with offset)"
+    )
+    due_to: Instant | None = Field(
+        default=None, description="publish_at before this (RFC 3339 with offset)"
+    )
+    thing_id: str | None = Field(default=None, min_length=1, max_length=200)
+    target_key: str | None = Field(default=None, min_length=1, max_length=200)
+    limit: int = Field(
+        default=bulk.DEFAULT_LIMIT, ge=1, le=bulk.MAX_LIMIT, description="rows this call takes"
+    )
+    after: str | None = Field(
+        default=None, max_length=300, description="`next` of the previous call: go on from there"
+    )
+
+    def where(self) -> bulk.Filter:
+        return bulk.Filter(
+            action_type=self.action_type, error_code=self.error_code, due_from=self.due_from,
+            due_to=self.due_to, thing_id=self.thing_id, target_key=self.target_key,
+        )  # fmt: skip
+
+
+class BulkCancelIn(BulkFilterIn):
+    status: Literal["queued"] | None = Field(
+        default=None, description="only queued actions can be cancelled"
+    )
+
+
+class BulkRetryIn(BulkFilterIn):
+    status: Literal["failed"] | None = Field(
+        default=None, description="only failed actions can be retried"
+    )
+
+
+class BulkOut(BaseModel):
+    """What one bulk call did: matched = changed + skipped + the refused."""
+
+    matched: int = Field(description="rows matching the filter this call took (at most limit)")
+    changed: int = Field(description="rows cancelled, or queued again")
+    skipped: int = Field(description="rows that moved on meanwhile (claimed, cancelled, ...)")
+    refused: dict[str, int] = Field(
+        default_factory=dict,
+        description="retry: rows that may not be retried, by reason: `retries_exhausted`"
+        " (retried the most allowed), `taken` (the thing and target have another active or"
+        " published action)",
+    )
+    next: str | None = Field(
+        description="pass as `after` to go on; null when no matching row is left"
+    )
+
+    @classmethod
+    def of(cls, result: bulk.Result) -> BulkOut:
+        return cls(
+            matched=result.matched, changed=result.changed, skipped=result.skipped,
+            refused=result.refused, next=result.next,
+        )  # fmt: skip
 
 
 class StatusCount(BaseModel):

@@ -601,6 +601,58 @@ def _transition(verb: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _bulk(verb: str) -> Callable[[argparse.Namespace], int]:
+    """`cancel-all`, `retry-all`: POST /v1/actions/bulk-{verb} with the filter, again with
+    each answer's `next` until none is left; prints the totals."""
+
+    def run(args: argparse.Namespace) -> int:
+        caller, _ = _caller(args)
+        body: dict[str, Any] = {"limit": args.limit}
+        for name, value in (
+            ("action_type", args.type), ("error_code", args.error_code),
+            ("due_from", args.due_from), ("due_to", args.due_to), ("thing_id", args.thing),
+            ("target_key", args.target),
+        ):  # fmt: skip
+            if value:
+                body[name] = value
+        totals: dict[str, Any] = {"matched": 0, "changed": 0, "skipped": 0, "refused": {}}
+        calls = 0
+        while True:
+            answer = caller.call("POST", f"/v1/actions/bulk-{verb}", body=body)
+            if not answer.ok:
+                if calls:
+                    say(f"stopped after {calls} calls: {_bulk_line(verb, totals)}")
+                return _print_error(answer, args)
+            calls += 1
+            _add_up(totals, answer.body)
+            if not answer.body.get("next"):
+                break
+            body["after"] = answer.body["next"]
+        totals["calls"] = calls
+        print(json.dumps(totals, indent=2) if args.json else _bulk_line(verb, totals))
+        return 0
+
+    return run
+
+
+def _add_up(totals: dict[str, Any], answer: dict[str, Any]) -> None:
+    for name in ("matched", "changed", "skipped"):
+        totals[name] += int(answer.get(name) or 0)
+    for reason, count in (answer.get("refused") or {}).items():
+        totals["refused"][reason] = totals["refused"].get(reason, 0) + int(count)
+
+
+def _bulk_line(verb: str, totals: dict[str, Any]) -> str:
+    done = "cancelled" if verb == "cancel" else "retried"
+    line = (
+        f"{done} {totals['changed']} of {totals['matched']} matching;"
+        f" {totals['skipped']} skipped (moved on meanwhile)"
+    )
+    for reason, count in sorted(totals["refused"].items()):
+        line += f"; {count} refused ({reason.replace('_', ' ')})"
+    return line
+
+
 # -------------------------------------------------------------------------- parser
 
 
@@ -806,7 +858,8 @@ def _actions_commands(
     )
     actions_parser = commands.add_parser(
         "actions",
-        help="list, show, explain (why), schedule, cancel, retry actions (the API's rules)",
+        help="list, show, explain (why), schedule, cancel, retry actions, one or in bulk (the"
+        " API's rules)",
         description="Actions through the API: the same validation, messages and codes.",
         parents=[version],
         formatter_class=HelpFormatter,
@@ -864,6 +917,20 @@ def _actions_commands(
     verb("retry", "retry a failed action (admins)", _transition("retry")).add_argument(
         "id", help="action id, or its first 8 characters"
     )
+    for name, summary in (
+        ("cancel-all", "cancel the queued actions matching a filter (.../bulk-cancel)"),
+        ("retry-all", "retry the failed actions matching a filter (admins; .../bulk-retry)"),
+    ):
+        bulk = verb(name, summary, _bulk(name.removesuffix("-all")))
+        bulk.add_argument("--type", help="only this action type")
+        bulk.add_argument("--error-code", help="only this error_code")
+        bulk.add_argument("--due-from", help="publish_at at or after this (RFC 3339 with offset)")
+        bulk.add_argument("--due-to", help="publish_at before this (RFC 3339 with offset)")
+        bulk.add_argument("--thing", help="only this thing_id")
+        bulk.add_argument("--target", help="only this target_key")
+        bulk.add_argument(
+            "--limit", type=int, default=500, help="actions per call (1-1000); it loops until done"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

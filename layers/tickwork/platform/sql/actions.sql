@@ -193,3 +193,105 @@ left join rule_actions ra on ra.action_id = a.id and ra.workspace_id = a.workspa
 left join enrollment_actions ea on ea.action_id = a.id and ea.workspace_id = a.workspace_id
 left join enrollments e on e.id = ea.enrollment_id and e.workspace_id = a.workspace_id
 where a.id = %(id)s and a.workspace_id = %(workspace_id)s
+
+-- name: bulk_cancel_actions
+-- queued -> cancelled for at most `limit` rows matching a filter, in (publish_at, id) order
+-- after the cursor (after_at, after_id), along the calendar index. `picked` reads one row
+-- more than the batch, to tell whether more may follow. The update names the status it
+-- expects, as cancel_action does: a row claimed since it was read (it waits for the claim
+-- to commit, then reads the row again) is left alone and counted as skipped. The change log
+-- is written per row by the cancel trigger (scheduled_actions_log_cancel), the caller as
+-- its actor.
+with picked as (
+    select id, publish_at
+    from scheduled_actions
+    where workspace_id = %(workspace_id)s
+      and (publish_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
+      and publish_at < %(before)s::timestamptz
+      and status = 'queued'
+      and (%(action_type)s::text is null or action_type = %(action_type)s)
+      and (%(error_code)s::text is null or error_code = %(error_code)s)
+      and (%(thing_id)s::text is null or thing_id = %(thing_id)s)
+      and (%(target_key)s::text is null or target_key = %(target_key)s)
+    order by publish_at, id
+    limit %(limit)s::int + 1
+), batch as (
+    select id, publish_at from picked order by publish_at, id limit %(limit)s
+), changed as (
+    update scheduled_actions a
+    set status = 'cancelled', finished_at = now()
+    from batch b
+    where a.id = b.id and a.workspace_id = %(workspace_id)s and a.status = 'queued'
+    returning a.id
+), last as (
+    select publish_at, id from batch order by publish_at desc, id desc limit 1
+)
+select (select count(*) from batch)::int as matched,
+       (select count(*) from changed)::int as changed,
+       0 as exhausted,
+       0 as taken,
+       (select count(*) from picked) > %(limit)s as more,
+       (select publish_at from last) as last_at,
+       (select id from last) as last_id,
+       array(select id from changed) as ids
+
+-- name: bulk_retry_actions
+-- failed -> queued for at most `limit` rows matching a filter, as retry_action does for one
+-- (bounded by manual_retries, due at once), in (publish_at, id) order after the cursor,
+-- along the calendar index. Rows that may not be retried are counted, not changed:
+-- `exhausted` (manual_retries used up) and `taken` (the thing and target have another
+-- active or published row, or an earlier row of this batch takes them: the active-row index
+-- and the publish guard would refuse it, and one refusal would fail the whole batch). A row
+-- that moved on since it was read is left alone by the update's status check (skipped).
+with picked as (
+    select a.id, a.publish_at, a.action_type, a.thing_id, a.target_key,
+           a.recurring_schedule_id,
+           a.manual_retries >= %(max_manual_retries)s as exhausted,
+           (a.thing_id is not null and a.recurring_schedule_id is null and exists (
+               select 1 from scheduled_actions o
+               where o.workspace_id = a.workspace_id and o.thing_id = a.thing_id
+                 and o.target_key = a.target_key and o.action_type = a.action_type
+                 and o.recurring_schedule_id is null and o.id <> a.id
+                 and (o.finished_at is null or o.status = 'published'))) as clash
+    from scheduled_actions a
+    where a.workspace_id = %(workspace_id)s
+      and (a.publish_at, a.id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
+      and a.publish_at < %(before)s::timestamptz
+      and a.status = 'failed'
+      and (%(action_type)s::text is null or a.action_type = %(action_type)s)
+      and (%(error_code)s::text is null or a.error_code = %(error_code)s)
+      and (%(thing_id)s::text is null or a.thing_id = %(thing_id)s)
+      and (%(target_key)s::text is null or a.target_key = %(target_key)s)
+    order by a.publish_at, a.id
+    limit %(limit)s::int + 1
+), batch as (
+    select id, publish_at, exhausted,
+           clash or (thing_id is not null and recurring_schedule_id is null
+                     and not exhausted
+                     and count(*) filter (where not exhausted) over (
+                         partition by action_type, thing_id, target_key,
+                                      recurring_schedule_id is null
+                         order by publish_at, id
+                         rows between unbounded preceding and current row) > 1) as taken
+    from (select * from picked order by publish_at, id limit %(limit)s) p
+), changed as (
+    update scheduled_actions a
+    set status = 'queued', manual_retries = manual_retries + 1, error_code = null,
+        last_error = null, next_attempt_at = now(), enqueued_at = null, submitted_at = null,
+        finished_at = null, provider_id = null
+    from batch b
+    where a.id = b.id and a.workspace_id = %(workspace_id)s and a.status = 'failed'
+      and a.manual_retries < %(max_manual_retries)s
+      and not b.exhausted and not b.taken
+    returning a.id
+), last as (
+    select publish_at, id from batch order by publish_at desc, id desc limit 1
+)
+select (select count(*) from batch)::int as matched,
+       (select count(*) from changed)::int as changed,
+       (select count(*) from batch where exhausted)::int as exhausted,
+       (select count(*) from batch where taken and not exhausted)::int as taken,
+       (select count(*) from picked) > %(limit)s as more,
+       (select publish_at from last) as last_at,
+       (select id from last) as last_id,
+       array(select id from changed) as ids
