@@ -56,6 +56,8 @@ def list_actions(
     status: str | None = None,
     action_type: str | None = None,
     thing_id: str | None = None,
+    error_code: str | None = None,
+    target_key: str | None = None,
     limit: int = 100,
     cursor: str | None = None,
 ) -> Page:
@@ -67,7 +69,7 @@ def list_actions(
     params = {
         "workspace_id": workspace_id, "after_at": max(after_at, start), "after_id": after_id,
         "to": end, "status": status, "action_type": action_type, "thing_id": thing_id,
-        "limit": limit + 1,
+        "error_code": error_code, "target_key": target_key, "limit": limit + 1,
     }  # fmt: skip
     if after_at < start:
         params["after_id"] = NIL

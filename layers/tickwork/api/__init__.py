@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tickwork import __version__
+from tickwork import __version__, console
 from tickwork.api import (
     actions,
     campaigns,
@@ -35,6 +35,7 @@ from tickwork.api import (
 )
 from tickwork.api.request import check_event, decode_body, request_checks
 from tickwork.api.scope import tenancy
+from tickwork.platform.config import settings
 from tickwork.platform.errors import TickworkError
 
 MAX_BODY_BYTES = 256 * 1024
@@ -164,6 +165,9 @@ def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Resolve one API Gateway HTTP API (payload v2) event. Oversized bodies are refused
     before anything parses them."""
     http = event.get("requestContext", {}).get("http", {})
+    if console.is_console(event.get("rawPath", "")):
+        # The console's files, public like the OpenAPI document: they hold no data.
+        return console.serve(http.get("method", "GET"), event["rawPath"], settings())
     if http.get("method") == "GET" and event.get("rawPath") == OPENAPI_PATH:
         # The document describes the API to anyone; it is not a workspace's resource.
         return {

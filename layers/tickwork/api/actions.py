@@ -151,6 +151,8 @@ def list_actions(
     status: Annotated[StatusFilter | None, Query()] = None,
     action_type: Annotated[str | None, Query(max_length=63)] = None,
     thing_id: Annotated[str | None, Query(max_length=200)] = None,
+    error_code: Annotated[str | None, Query(max_length=100)] = None,
+    target_key: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=calendar.MAX_PAGE)] = 100,
     cursor: Annotated[str | None, Query(max_length=300)] = None,
 ) -> ActionPage:
@@ -158,7 +160,8 @@ def list_actions(
     start, end = calendar.default_range(start, end, request.now)
     page = calendar.list_actions(
         request.conn, request.caller.workspace_id, start, end, status=status,
-        action_type=action_type, thing_id=thing_id, limit=limit, cursor=cursor,
+        action_type=action_type, thing_id=thing_id, error_code=error_code,
+        target_key=target_key, limit=limit, cursor=cursor,
     )  # fmt: skip
     return ActionPage(
         items=[_out(request, a) for a in page.items],

@@ -327,6 +327,8 @@ class WorkspaceOut(BaseModel):
     id: UUID
     name: str
     timezone: str
+    # The caller's role here: what the console offers (admins retry, redrive, see operations).
+    role: Literal["member", "admin"]
     settings: dict[str, Any]
     limits: LimitsOut
     now_local: str

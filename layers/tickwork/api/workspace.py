@@ -35,6 +35,7 @@ def _out(found: workspaces.Workspace) -> WorkspaceOut:
         id=found.id,
         name=found.name,
         timezone=found.timezone,
+        role=request.caller.role,
         settings=found.settings,
         limits=LimitsOut(**request.limits.as_dict()),
         now_local=local_rendering(request.now, zone(found.timezone)),

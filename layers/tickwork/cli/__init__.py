@@ -124,7 +124,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
     # it, so `tickwork --help` and the ops commands start in a third of the time.
     from tickwork.connections.secrets import FileSecretStore  # noqa: PLC0415
     from tickwork.local import sandbox  # noqa: PLC0415
-    from tickwork.local.demo import demo_client, seed_demo, seed_provider_demo  # noqa: PLC0415
+    from tickwork.local.demo import (  # noqa: PLC0415
+        console_link,
+        demo_client,
+        seed_demo,
+        seed_provider_demo,
+    )
     from tickwork.local.receiver import describe  # noqa: PLC0415
     from tickwork.local.runner import LocalRuntime  # noqa: PLC0415
 
@@ -189,6 +194,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 " Demo workspace's connections; the provider sandbox at"
                 f" {local.sandbox.url} prints them as they arrive."
             )
+        link = console_link(local.runtime.db.connection(), local.api.url, local.jwt)
+        print(
+            f"console (signed in as the Demo workspace's admin for an hour; `tickwork console`"
+            f" prints a new link): {link}"
+        )
         print("Ctrl-C stops.", flush=True)
         stopped = threading.Event()
         # Explicit handlers: a shell that starts us in the background ignores SIGINT for us.
@@ -269,6 +279,16 @@ def cmd_token(args: argparse.Namespace) -> int:
         print(f"export TOKEN={token} WS={workspace_id}")
     else:
         print(token)
+    return 0
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    from tickwork.local.demo import console_link  # noqa: PLC0415
+
+    root = _root(args)
+    api_url = args.api_url or require_dev(root).api_url
+    with connect(_database_url(args)) as conn:
+        print(console_link(conn, api_url, _jwt(args), user=args.user, workspace=args.workspace))
     return 0
 
 
@@ -749,6 +769,13 @@ def _local_commands(command: Command) -> None:
         default=90.0,
         help="seconds to watch before giving up on them settling",
     )
+
+    console = command("console", "print a link that opens the web console signed in", cmd_console)
+    console.add_argument("--api-url", help="the API; default: the running `tickwork dev`'s")
+    console.add_argument(
+        "--workspace", default="Demo", help="workspace id or name (made if missing)"
+    )
+    console.add_argument("--user", default="demo-admin", help="who signs in (an admin there)")
 
     token = command("token", "print a JWT for the local API", cmd_token)
     token.add_argument("--workspace", required=True, help="workspace id or name")

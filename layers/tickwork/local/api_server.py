@@ -23,6 +23,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from tickwork import console
 from tickwork.api import OPENAPI_PATH
 from tickwork.api.errors import error_json, error_result, status_of
 from tickwork.local.auth import LocalJwt
@@ -217,7 +218,8 @@ class ApiApp:
         """In a worker thread: the token, the event, the handler."""
         try:
             claims = None
-            if urlsplit(request.target).path not in PUBLIC_PATHS:
+            path = urlsplit(request.target).path
+            if path not in PUBLIC_PATHS and not console.is_console(path):
                 claims = self.jwt.verify(request.headers.get("authorization"))
             event = http_api_event(
                 request.method, request.target, request.headers, request.body, claims,

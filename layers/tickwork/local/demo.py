@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TextIO
+from urllib.parse import urlencode
 from uuid import uuid4
 
 import httpx
@@ -46,6 +47,22 @@ def demo_client(conn: Connection, api_url: str, jwt: LocalJwt) -> ApiClient:
     workspace_id, _ = workspaces.ensure(conn, DEMO_WORKSPACE)
     workspaces.add_member(conn, workspace_id, DEMO_USER, "admin")
     return ApiClient(api_url, jwt.sign(DEMO_USER), str(workspace_id))
+
+
+# The console link's token lives an hour: long enough to look around, short enough that a
+# link left in a terminal's scrollback soon opens nothing. `tickwork console` prints a new one.
+CONSOLE_TOKEN_SECONDS = 3600
+
+
+def console_link(conn: Connection, api_url: str, jwt: LocalJwt, user: str = DEMO_USER,
+                 workspace: str = DEMO_WORKSPACE) -> str:  # fmt: skip
+    """A link that opens the web console signed in as `user`, an admin of `workspace`
+    (made if missing). The token is in the fragment: a browser never sends it to a server,
+    so no server log holds it; the page takes it and wipes it from the address."""
+    workspace_id, _ = workspaces.ensure(conn, workspace)
+    workspaces.add_member(conn, workspace_id, user, "admin")
+    token = jwt.sign(user, ttl_seconds=CONSOLE_TOKEN_SECONDS)
+    return f"{api_url}/console/#{urlencode({'token': token, 'workspace': str(workspace_id)})}"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from functools import cache
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -89,6 +90,14 @@ class Settings(BaseModel):
     # a drip's waits) can leave the years a datetime holds.
     max_horizon_days: int = Field(default=3650, gt=0, le=36500)
     max_manual_retries: int = Field(default=5, ge=0)
+
+    # The web console's sign-in through the stack's JWT issuer (OIDC authorization code with
+    # PKCE): its authorize and token endpoints and the public client's id. Unset, the console
+    # asks for a pasted token instead.
+    console_authorize_url: str | None = None
+    console_token_url: str | None = None
+    console_client_id: str | None = None
+    console_scopes: str = "openid"
 
     # Kill switches: dispatch stops, rows stay queued, nothing is lost.
     dispatch_enabled: bool = True
@@ -216,6 +225,20 @@ class Settings(BaseModel):
             raise ValueError(
                 f"action type names must be 1-40 letters, digits, '_' or '-': {', '.join(bad)}"
             )
+        return value
+
+    @field_validator("console_authorize_url", "console_token_url")
+    @classmethod
+    def _console_url(cls, value: str | None) -> str | None:
+        # The browser is sent there with a code verifier: HTTPS, or plain HTTP on loopback
+        # (a local identity provider, the tests').
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        loopback = parts.hostname in {"127.0.0.1", "localhost", "::1"}
+        secure = parts.scheme == "https" or (parts.scheme == "http" and loopback)
+        if not parts.hostname or not secure:
+            raise ValueError(f"{value!r} is not an https:// URL")
         return value
 
     @field_validator("paused_action_types", "outbound_allowed_networks", mode="before")

@@ -11,6 +11,8 @@ where workspace_id = %(workspace_id)s
   and (%(status)s::text is null or status = %(status)s)
   and (%(action_type)s::text is null or action_type = %(action_type)s)
   and (%(thing_id)s::text is null or thing_id = %(thing_id)s)
+  and (%(error_code)s::text is null or error_code = %(error_code)s)
+  and (%(target_key)s::text is null or target_key = %(target_key)s)
 order by publish_at, id
 limit %(limit)s
 

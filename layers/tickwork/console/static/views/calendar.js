@@ -1,0 +1,235 @@
+// The calendar: day, week or month in the viewer's zone, each action at its local time,
+// coloured by status and type; a click opens it. New actions are scheduled from here.
+import { api, allPages } from "../api.js";
+import { h, wall, instantOf, addDays, isoDate, parseDate, weekdayOf, pad, hhmm, monthName, dayName, zones, typeHue } from "../util.js";
+import { field, formError, showError, clearErrors, fieldError } from "../ui.js";
+
+const STATUSES = ["queued", "submitted", "published", "failed", "cancelled"];
+const PER_CELL = { day: 60, week: 4, month: 3 };
+const PARALLEL = 6;
+
+function today(zone) {
+  const w = wall(new Date(), zone);
+  return { year: w.year, month: w.month, day: w.day };
+}
+
+// The days a view shows: a day; Monday to Sunday; the weeks that hold the month.
+function span(view, date) {
+  if (view === "day") return { first: date, days: 1 };
+  if (view === "week") return { first: addDays(date, -weekdayOf(date)), days: 7 };
+  const start = { year: date.year, month: date.month, day: 1 };
+  const first = addDays(start, -weekdayOf(start));
+  const next = date.month === 12 ? { year: date.year + 1, month: 1, day: 1 } : { year: date.year, month: date.month + 1, day: 1 };
+  const last = addDays(next, -1);
+  const days = Math.round((Date.UTC(last.year, last.month - 1, last.day) - Date.UTC(first.year, first.month - 1, first.day)) / 86400000) + 1;
+  return { first, days: Math.ceil(days / 7) * 7 };
+}
+
+function step(view, date, direction) {
+  if (view === "day") return addDays(date, direction);
+  if (view === "week") return addDays(date, 7 * direction);
+  const month = date.month + direction;
+  const year = date.year + Math.floor((month - 1) / 12);
+  return { year, month: ((month - 1 + 1200) % 12) + 1, day: 1 };
+}
+
+// Each day's actions, fetched in parallel (a day's range is one page or a few): the first
+// view of a month with 10,000 actions does not wait on forty pages one after another.
+async function fetchDays(zone, first, days, filters) {
+  const ranges = [];
+  for (let i = 0; i < days; i += 1) {
+    const day = addDays(first, i);
+    const next = addDays(first, i + 1);
+    ranges.push({
+      from: instantOf(zone, day.year, day.month, day.day).toISOString(),
+      to: instantOf(zone, next.year, next.month, next.day).toISOString(),
+    });
+  }
+  const results = new Array(ranges.length);
+  let index = 0;
+  async function worker() {
+    while (index < ranges.length) {
+      const mine = index++;
+      results[mine] = await allPages("/v1/actions", { ...ranges[mine], ...filters });
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(PARALLEL, ranges.length) }, worker));
+  return results;
+}
+
+function chip(item, zone, view) {
+  const at = new Date(item.publish_at);
+  const label = `${hhmm(at, zone)} ${item.action_type} · ${item.target_key}`;
+  return h("a", {
+    class: ["chip", `status-${item.status}`, typeHue(item.action_type)],
+    href: `#/actions/${item.id}`,
+    title: `${label} (${item.status})`,
+    dataset: { id: item.id, status: item.status, local: hhmm(at, zone) },
+  }, h("span", { class: "chip-time" }, hhmm(at, zone)), " ",
+  h("span", { class: "chip-type" }, item.action_type), view === "month" ? null : [" ", h("span", { class: "chip-target" }, item.target_key)],
+  h("span", { class: "visually-hidden" }, `, ${item.status}`));
+}
+
+function more(count, date, zone) {
+  return h("a", { class: "more-link", href: `#/calendar?view=day&date=${isoDate(date)}` }, `+${count} more`);
+}
+
+function legend() {
+  return h("ul", { class: "legend", "aria-label": "Status colours" },
+    STATUSES.map((s) => h("li", {}, h("span", { class: `swatch status-${s}`, "aria-hidden": "true" }), s)));
+}
+
+function timeGrid(view, first, days, perDay, zone) {
+  const head = h("tr", {}, h("th", { scope: "col", class: "hour-col" }, h("span", { class: "visually-hidden" }, "Hour")),
+    Array.from({ length: days }, (_, i) => {
+      const d = addDays(first, i);
+      return h("th", { scope: "col" }, h("a", { href: `#/calendar?view=day&date=${isoDate(d)}` }, dayName(d)));
+    }));
+  const rows = [];
+  for (let hour = 0; hour < 24; hour += 1) {
+    const cells = [];
+    for (let i = 0; i < days; i += 1) {
+      const items = perDay[i].filter((item) => wall(new Date(item.publish_at), zone).hour === hour);
+      const shown = items.slice(0, PER_CELL[view]);
+      cells.push(h("td", { class: items.length ? "busy" : null, dataset: { date: isoDate(addDays(first, i)), hour: pad(hour) } },
+        shown.map((item) => chip(item, zone, view)),
+        items.length > shown.length ? more(items.length - shown.length, addDays(first, i), zone) : null));
+    }
+    rows.push(h("tr", {}, h("th", { scope: "row", class: "hour-col" }, `${pad(hour)}:00`), cells));
+  }
+  return h("table", { class: `calendar grid-${view}` },
+    h("caption", { class: "visually-hidden" }, `Actions by hour, times in ${zone}`),
+    h("thead", {}, head), h("tbody", {}, rows));
+}
+
+function monthGrid(first, days, perDay, month, zone) {
+  const names = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+  const rows = [];
+  for (let week = 0; week < days / 7; week += 1) {
+    const cells = [];
+    for (let d = 0; d < 7; d += 1) {
+      const i = week * 7 + d;
+      const date = addDays(first, i);
+      const items = perDay[i];
+      const counts = STATUSES.map((s) => [s, items.filter((item) => item.status === s).length]).filter(([, n]) => n);
+      cells.push(h("td", { class: [date.month === month ? null : "other-month", items.length ? "busy" : null], dataset: { date: isoDate(date) } },
+        h("a", { class: "day-number", href: `#/calendar?view=day&date=${isoDate(date)}`, "aria-label": `${dayName(date)}: ${items.length} actions` }, String(date.day)),
+        counts.length ? h("p", { class: "counts" }, counts.map(([s, n]) => h("span", { class: `count status-${s}` }, `${n} ${s}`))) : null,
+        items.slice(0, PER_CELL.month).map((item) => chip(item, zone, "month")),
+        items.length > PER_CELL.month ? more(items.length - PER_CELL.month, date, zone) : null));
+    }
+    rows.push(h("tr", {}, cells));
+  }
+  return h("table", { class: "calendar grid-month" },
+    h("caption", { class: "visually-hidden" }, `Actions by day, times in ${zone}`),
+    h("thead", {}, h("tr", {}, names.map((n) => h("th", { scope: "col" }, n)))), h("tbody", {}, rows));
+}
+
+function zoneSelect(current, onchange, id = "zone") {
+  return h("select", { id, name: "timezone", onchange }, zones().map((z) => h("option", { value: z, selected: z === current }, z)));
+}
+
+function newActionForm(ctx, date) {
+  const zone = ctx.zone;
+  const input = (name, attrs = {}) => h("input", { name, ...attrs });
+  const form = h("form", { class: "card new-action", "data-draft": "new-action", "aria-labelledby": "new-title", novalidate: true },
+    h("h2", { id: "new-title" }, "Schedule an action"),
+    h("div", { class: "row" },
+      field("Action type", input("action_type", { required: true, placeholder: "webhook", list: "known-types", autocomplete: "off" })),
+      field("Target", input("target_key", { required: true, placeholder: "https://example.com/hook or an address" }))),
+    h("div", { class: "row" },
+      field("Date", input("date", { type: "date", required: true, value: isoDate(addDays(date, 0)) })),
+      field("Time", input("time", { type: "time", required: true, value: "09:00" })),
+      field("Time zone", zoneSelect(zone, null, "new-zone"))),
+    field("Payload (JSON)", h("textarea", { name: "payload", rows: 3, spellcheck: "false" }, "{}"), "What the provider sends: a webhook's body, an email's subject and body, ..."),
+    h("div", { class: "row" },
+      field("Thing id", input("thing_id", { placeholder: "optional" })),
+      field("Connection id", input("connection_id", { placeholder: "optional" }), "The connection that sends (email, SMS, posts)."),
+      field("Recipient id", input("recipient_id", { placeholder: "optional" }))),
+    h("div", { class: "field checkbox" }, h("input", { type: "checkbox", name: "transactional", id: "new-transactional" }),
+      h("label", { for: "new-transactional" }, "Transactional (not held by quiet hours or caps)")),
+    formError(),
+    h("button", { type: "submit" }, "Schedule"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors(form);
+    const data = new FormData(form);
+    let payload;
+    try {
+      payload = JSON.parse(String(data.get("payload") || "{}"));
+    } catch (err) {
+      fieldError(form, "payload", `payload: not valid JSON (${err.message})`);
+      return;
+    }
+    const body = { action_type: data.get("action_type"), target_key: data.get("target_key"), date: data.get("date"),
+      time: data.get("time"), timezone: data.get("timezone"), payload, transactional: data.get("transactional") === "on" };
+    for (const name of ["thing_id", "connection_id", "recipient_id"]) if (data.get(name)) body[name] = data.get(name);
+    try {
+      const made = await api("POST", "/v1/actions", body);
+      form.reset();
+      const w = wall(new Date(made.publish_at), ctx.zone);
+      ctx.announce(`Scheduled for ${made.publish_at_local}.`);
+      ctx.navigate(`#/calendar?view=day&date=${w.year}-${pad(w.month)}-${pad(w.day)}&focus=${made.id}`);
+    } catch (error) {
+      showError(form, error);
+    }
+  });
+  return form;
+}
+
+export async function render(ctx, _rest, params) {
+  const zone = ctx.zone;
+  const view = ["day", "week", "month"].includes(params.get("view")) ? params.get("view") : "week";
+  const date = parseDate(params.get("date")) || today(zone);
+  const filters = {};
+  if (params.get("type")) filters.action_type = params.get("type");
+  if (STATUSES.includes(params.get("status"))) filters.status = params.get("status");
+  const { first, days } = span(view, date);
+
+  const address = (changes) => {
+    const next = new URLSearchParams({ view, date: isoDate(date), ...Object.fromEntries(params), ...changes });
+    for (const [key, value] of [...next]) if (!value) next.delete(key);
+    return `#/calendar?${next}`;
+  };
+  const perDayResults = await fetchDays(zone, first, days, filters);
+  const perDay = perDayResults.map((r) => r.items);
+  const total = perDay.reduce((n, items) => n + items.length, 0);
+  const partial = perDayResults.some((r) => !r.complete);
+  const types = [...new Set(perDay.flat().map((item) => item.action_type))].sort();
+
+  const title = view === "month" ? monthName(date) : view === "week" ? `Week of ${dayName(first)} ${first.year}` : `${dayName(date)} ${date.year}`;
+  const toolbar = h("div", { class: "toolbar", role: "toolbar", "aria-label": "Calendar" },
+    h("div", { class: "segmented", role: "group", "aria-label": "View" },
+      ["day", "week", "month"].map((v) => h("a", { href: address({ view: v }), class: "button", "aria-current": v === view ? "true" : null }, v[0].toUpperCase() + v.slice(1)))),
+    h("a", { class: "button", href: address({ date: isoDate(step(view, date, -1)) }), "aria-label": `Previous ${view}` }, "‹ Prev"),
+    h("a", { class: "button", href: address({ date: isoDate(today(zone)) }) }, "Today"),
+    h("a", { class: "button", href: address({ date: isoDate(step(view, date, 1)) }), "aria-label": `Next ${view}` }, "Next ›"),
+    h("label", { for: "zone" }, "Time zone"),
+    zoneSelect(zone, (event) => { ctx.setZone(event.target.value); ctx.navigate(address({})); }),
+    h("label", { for: "filter-status" }, "Status"),
+    h("select", { id: "filter-status", onchange: (event) => ctx.navigate(address({ status: event.target.value })) },
+      h("option", { value: "" }, "all"), STATUSES.map((s) => h("option", { value: s, selected: filters.status === s }, s))),
+    h("label", { for: "filter-type" }, "Type"),
+    h("input", { id: "filter-type", value: filters.action_type || "", size: 10, list: "known-types", placeholder: "all",
+      onchange: (event) => ctx.navigate(address({ type: event.target.value.trim() })) }));
+
+  const grid = view === "month" ? monthGrid(first, days, perDay, date.month, zone) : timeGrid(view, first, days, perDay, zone);
+  const summary = h("p", { class: "muted", role: "status" },
+    total ? `${total} actions shown; times in ${zone}.` : `Nothing scheduled in this ${view}. Schedule an action below, or move to another ${view}.`,
+    partial ? " Some days hold more than the console loads at once; narrow by type or status." : null);
+  const node = h("section", { "aria-labelledby": "calendar-title" },
+    h("h1", { id: "calendar-title" }, title),
+    toolbar, legend(), summary,
+    h("div", { class: "grid-wrap" }, grid),
+    h("datalist", { id: "known-types" }, types.map((t) => h("option", { value: t }))),
+    newActionForm(ctx, view === "day" ? date : today(zone)));
+  const focus = params.get("focus");
+  if (focus) {
+    setTimeout(() => {
+      const target = document.querySelector(`.chip[data-id="${CSS.escape(focus)}"]`);
+      if (target) { target.classList.add("highlight"); target.focus(); }
+    }, 0);
+  }
+  return node;
+}
+
