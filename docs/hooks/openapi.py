@@ -20,7 +20,7 @@ from tickwork.api import openapi_document
 # Pages of the reference: (file, title, the first path segments after /v1 it holds, the
 # page that explains them).
 GROUPS: list[tuple[str, str, tuple[str, ...], str]] = [
-    ("actions", "Actions", ("actions",), "../../concepts.md"),
+    ("actions", "Actions and the calendar", ("actions", "calendar"), "../../concepts.md"),
     ("recurring", "Recurring schedules", ("recurring",), "../../recurring.md"),
     ("intents", "Schedule intents", ("things",), "../../intents.md"),
     ("rules", "Rules, events and entities", ("rules", "events", "entities"), "../../rules.md"),

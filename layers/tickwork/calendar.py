@@ -16,6 +16,8 @@ from tickwork.platform.errors import InputError
 from tickwork.platform.sql import query
 
 _LIST = query("list_actions")
+_COUNTS = query("calendar_counts")
+_FIRSTS = query("calendar_firsts")
 _BACKLOG = query("stats_backlog")
 _LAG = query("stats_lag")
 
@@ -39,6 +41,68 @@ def default_range(
     if end is None:
         end = start + DEFAULT_SPAN
     return start, end
+
+
+# A summary covers at most this much: a month view's six weeks by day, a week by hour.
+MAX_SUMMARY_SPAN = {"day": timedelta(days=62), "hour": timedelta(days=8)}
+MAX_PER_BUCKET = 100
+
+
+@dataclass(frozen=True)
+class Glimpse:
+    """An action as a calendar cell shows it."""
+
+    id: UUID
+    action_type: str
+    target_key: str
+    status: str
+    publish_at: datetime
+
+
+@dataclass
+class Bucket:
+    """A local day or hour: how many actions it holds by status, and its first few."""
+
+    start: datetime  # the local wall time it starts at (naive)
+    counts: dict[str, int]
+    items: list[Glimpse]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def summary(
+    conn: Connection,
+    workspace_id: UUID,
+    start: datetime,
+    end: datetime,
+    *,
+    zone: str,
+    unit: str,
+    per_bucket: int,
+    status: str | None = None,
+    action_type: str | None = None,
+) -> list[Bucket]:
+    """The range by local day or hour in `zone` (a valid IANA name): counts by status and
+    the first `per_bucket` actions of each, in two statements, whatever the range holds."""
+    if end <= start:
+        raise InputError("`to` must be after `from`", field="to")
+    if end - start > MAX_SUMMARY_SPAN[unit]:
+        days = MAX_SUMMARY_SPAN[unit].days
+        raise InputError(f"a summary by {unit} covers at most {days} days", field="to")
+    params = {
+        "workspace_id": workspace_id, "from": start, "to": end, "zone": zone, "unit": unit,
+        "per_bucket": per_bucket, "status": status, "action_type": action_type,
+    }  # fmt: skip
+    buckets: dict[datetime, Bucket] = {}
+    for bucket, row_status, n in conn.execute(_COUNTS, params).fetchall():
+        buckets.setdefault(bucket, Bucket(bucket, {}, [])).counts[row_status] = n
+    if per_bucket:
+        for bucket, *fields in conn.execute(_FIRSTS, params).fetchall():
+            # (a row made between the two statements may bring its own bucket)
+            buckets.setdefault(bucket, Bucket(bucket, {}, [])).items.append(Glimpse(*fields))
+    return [buckets[key] for key in sorted(buckets)]
 
 
 @dataclass(frozen=True)

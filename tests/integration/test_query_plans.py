@@ -171,7 +171,20 @@ def test_the_calendar_page_walks_the_calendar_index(conn, big_table, workspace):
         {"workspace_id": workspace, "after_at": big_table + timedelta(hours=2),
          "after_id": "00000000-0000-0000-0000-000000000000",
          "to": big_table + timedelta(hours=3), "status": None, "action_type": None,
-         "thing_id": None, "limit": 101},
+         "thing_id": None, "error_code": None, "target_key": None, "limit": 101},
+    )  # fmt: skip
+    assert index_scans(plan) == {"ix_scheduled_actions_calendar"}, json.dumps(plan, indent=1)
+    assert "scheduled_actions" not in seq_scans(plan)
+
+
+@pytest.mark.parametrize("name", ["calendar_counts", "calendar_firsts"])
+def test_the_calendar_summary_walks_the_calendar_index(conn, big_table, workspace, name):
+    plan = plan_of(
+        conn,
+        query(name),
+        {"workspace_id": workspace, "from": big_table + timedelta(hours=2),
+         "to": big_table + timedelta(hours=3), "zone": "Asia/Tokyo", "unit": "hour",
+         "per_bucket": 4, "status": None, "action_type": None},
     )  # fmt: skip
     assert index_scans(plan) == {"ix_scheduled_actions_calendar"}, json.dumps(plan, indent=1)
     assert "scheduled_actions" not in seq_scans(plan)

@@ -17,11 +17,14 @@ from tickwork.actions.model import Action, NewAction
 from tickwork.api.models import (
     ActionOut,
     ActionPage,
+    BucketCountOut,
     BulkCancelIn,
     BulkOut,
     BulkRetryIn,
     CalendarRange,
+    CalendarSummaryOut,
     CreateAction,
+    GlimpseOut,
     Instant,
     Reschedule,
     ResolvedOut,
@@ -35,7 +38,7 @@ from tickwork.api.sequences_models import ActionDetailOut, AttemptOut, ChangeOut
 from tickwork.engine.resolver import lookup_for, resolve_one
 from tickwork.ledger.attempts import attempts_of
 from tickwork.platform.errors import ConflictError, NotFoundError
-from tickwork.platform.wallclock import describe_resolution, instant_of
+from tickwork.platform.wallclock import describe_resolution, instant_of, zone
 
 router = Router()
 
@@ -167,6 +170,46 @@ def list_actions(
         items=[_out(request, a) for a in page.items],
         next_cursor=page.next_cursor,
         range=CalendarRange.model_validate({"from": start, "to": end}),
+    )
+
+
+@router.get(
+    "/v1/calendar",
+    summary="The calendar by local day or hour: counts by status and each one's first actions",
+    responses=responses(200, CalendarSummaryOut, "the days or hours that hold actions"),
+)
+def calendar_summary(
+    workspace: WorkspaceHeader,
+    start: Annotated[Instant, Query(alias="from", description="inclusive, RFC 3339")],
+    end: Annotated[Instant, Query(alias="to", description="exclusive, RFC 3339")],
+    timezone: Annotated[str | None, Query(max_length=64)] = None,
+    unit: Annotated[Literal["day", "hour"], Query()] = "day",
+    per_bucket: Annotated[int, Query(ge=0, le=calendar.MAX_PER_BUCKET)] = 3,
+    status: Annotated[StatusFilter | None, Query()] = None,
+    action_type: Annotated[str | None, Query(max_length=63)] = None,
+) -> CalendarSummaryOut:
+    """What a calendar draws, whatever the range holds: a month of 10,000 actions is one
+    call. `timezone` (default the workspace's) says whose days and hours."""
+    request = scope(router)
+    name = timezone or request.caller.timezone.key
+    zone(name)
+    found = calendar.summary(
+        request.conn, request.caller.workspace_id, start, end, zone=name, unit=unit,
+        per_bucket=per_bucket, status=status, action_type=action_type,
+    )  # fmt: skip
+    return CalendarSummaryOut(
+        timezone=name,
+        unit=unit,
+        range=CalendarRange.model_validate({"from": start, "to": end}),
+        buckets=[
+            BucketCountOut(
+                start=b.start.isoformat(),
+                total=b.total,
+                counts=b.counts,
+                items=[GlimpseOut(**vars(item)) for item in b.items],
+            )
+            for b in found
+        ],
     )
 
 

@@ -214,6 +214,30 @@ class CalendarRange(BaseModel):
     end: datetime = Field(alias="to", description="exclusive")
 
 
+class GlimpseOut(BaseModel):
+    """An action as a calendar cell shows it (GET /v1/actions/{id} has the rest)."""
+
+    id: UUID
+    action_type: str
+    target_key: str
+    status: str
+    publish_at: datetime
+
+
+class BucketCountOut(BaseModel):
+    start: str = Field(description="the local wall time the day or hour starts at, no offset")
+    total: int
+    counts: dict[str, int] = Field(description="actions by status")
+    items: list[GlimpseOut] = Field(description="the first per_bucket actions, in due order")
+
+
+class CalendarSummaryOut(BaseModel):
+    timezone: str
+    unit: Literal["day", "hour"]
+    range: CalendarRange
+    buckets: list[BucketCountOut] = Field(description="only days or hours holding actions")
+
+
 class ActionPage(BaseModel):
     items: list[ActionOut]
     next_cursor: str | None = Field(description="pass as `cursor` for the next page")

@@ -127,6 +127,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     from tickwork.local.demo import (  # noqa: PLC0415
         console_link,
         demo_client,
+        seed_console_demo,
         seed_demo,
         seed_provider_demo,
     )
@@ -194,6 +195,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 " Demo workspace's connections; the provider sandbox at"
                 f" {local.sandbox.url} prints them as they arrive."
             )
+            seed_console_demo(client)
         link = console_link(local.runtime.db.connection(), local.api.url, local.jwt)
         print(
             f"console (signed in as the Demo workspace's admin for an hour; `tickwork console`"

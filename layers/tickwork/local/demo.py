@@ -207,3 +207,55 @@ def seed_provider_demo(client: ApiClient, sandbox_url: str, after: float = 3) ->
         })  # fmt: skip
         ids.append(created["id"])
     return ids
+
+
+def seed_console_demo(client: ApiClient, hours: int = 84) -> list[str]:
+    """Something for the web console to show: webhooks and log lines spread over the next
+    `hours` (each at its own time), a recipient with quiet hours, a daily schedule at 09:00
+    in Tokyo, a rule and a two-step campaign with one enrollment. Made once per workspace:
+    a second call adds only the spread actions."""
+    now = utcnow().replace(second=0, microsecond=0)
+    ids = []
+    for n in range(12):
+        action_type = "webhook" if n % 3 else "log"
+        created = client.call("POST", "/v1/actions", json={
+            "action_type": action_type, "target_key": "primary" if n % 3 else "demo",
+            "thing_id": f"order-{1001 + n}",
+            "publish_at": (now + timedelta(hours=3 + n * (hours - 3) / 12, minutes=15 * (n % 4)))
+            .isoformat(),
+            "payload": {"text": f"order {1001 + n} reminder"},
+        })  # fmt: skip
+        ids.append(created["id"])
+    client.call("PUT", "/v1/recipients/ann", json={
+        "timezone": "Europe/Paris", "quiet_hours": [{"start": "22:00", "end": "08:00"}],
+        "caps": {"webhook": 5},
+    })  # fmt: skip
+    if not any(
+        s["thing_id"] == "daily-report" for s in client.call("GET", "/v1/recurring")["items"]
+    ):
+        client.call("POST", "/v1/recurring", json={
+            "action_type": "webhook", "target_key": "primary", "thing_id": "daily-report",
+            "rrule": "FREQ=DAILY;BYHOUR=9;BYMINUTE=0", "timezone": "Asia/Tokyo",
+            "payload": {"text": "daily report"},
+        })  # fmt: skip
+    if not client.call("GET", "/v1/rules")["items"]:
+        client.call("POST", "/v1/rules", json={
+            "name": "booking confirmation",
+            "trigger": {"type": "event", "event": "booking.confirmed"},
+            "action": {"action_type": "log", "target_key": "demo",
+                       "payload": {"text": "Hi {{ context.guest.name }}"}},
+        })  # fmt: skip
+    if not client.call("GET", "/v1/campaigns")["items"]:
+        campaign = client.call("POST", "/v1/campaigns", json={
+            "name": "welcome",
+            "steps": [{"wait": {"delay_seconds": 3600}, "action": {
+                           "action_type": "webhook", "target_key": "primary",
+                           "payload": {"text": "welcome, {{ recipient.id }}"}}},
+                      {"wait": {"delay_seconds": 86400}, "action": {
+                           "action_type": "webhook", "target_key": "primary",
+                           "payload": {"text": "a day in: tips"}}}],
+        })  # fmt: skip
+        client.call(
+            "POST", f"/v1/campaigns/{campaign['id']}/enrollments", json={"recipient_id": "ann"}
+        )
+    return ids

@@ -42,3 +42,34 @@ where workspace_id = %(workspace_id)s
   and publish_at >= now() - interval '1 hour'
   and publish_at <= now()
   and submitted_at is not null
+
+-- name: calendar_counts
+-- How many actions each local day or hour (date_trunc of the wall time in %(zone)s) of the
+-- range holds, by status: one index range scan of the calendar index, grouped.
+select date_trunc(%(unit)s, publish_at at time zone %(zone)s) as bucket, status, count(*) as n
+from scheduled_actions
+where workspace_id = %(workspace_id)s
+  and publish_at >= %(from)s and publish_at < %(to)s
+  and (%(status)s::text is null or status = %(status)s)
+  and (%(action_type)s::text is null or action_type = %(action_type)s)
+group by 1, 2
+order by 1, 2
+
+-- name: calendar_firsts
+-- The first %(per_bucket)s actions of each local day or hour of the range, in due order.
+select bucket, id, action_type, target_key, status, publish_at
+from (
+    select date_trunc(%(unit)s, publish_at at time zone %(zone)s) as bucket,
+           id, action_type, target_key, status, publish_at,
+           row_number() over (
+               partition by date_trunc(%(unit)s, publish_at at time zone %(zone)s)
+               order by publish_at, id
+           ) as n
+    from scheduled_actions
+    where workspace_id = %(workspace_id)s
+      and publish_at >= %(from)s and publish_at < %(to)s
+      and (%(status)s::text is null or status = %(status)s)
+      and (%(action_type)s::text is null or action_type = %(action_type)s)
+) ranked
+where n <= %(per_bucket)s
+order by bucket, publish_at, id

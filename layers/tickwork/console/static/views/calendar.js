@@ -1,12 +1,11 @@
 // The calendar: day, week or month in the viewer's zone, each action at its local time,
 // coloured by status and type; a click opens it. New actions are scheduled from here.
-import { api, allPages } from "../api.js";
+import { api, query } from "../api.js";
 import { h, wall, instantOf, addDays, isoDate, parseDate, weekdayOf, pad, hhmm, monthName, dayName, zones, typeHue } from "../util.js";
 import { field, formError, showError, clearErrors, fieldError } from "../ui.js";
 
 const STATUSES = ["queued", "submitted", "published", "failed", "cancelled"];
 const PER_CELL = { day: 60, week: 4, month: 3 };
-const PARALLEL = 6;
 
 function today(zone) {
   const w = wall(new Date(), zone);
@@ -33,28 +32,24 @@ function step(view, date, direction) {
   return { year, month: ((month - 1 + 1200) % 12) + 1, day: 1 };
 }
 
-// Each day's actions, fetched in parallel (a day's range is one page or a few): the first
-// view of a month with 10,000 actions does not wait on forty pages one after another.
-async function fetchDays(zone, first, days, filters) {
-  const ranges = [];
-  for (let i = 0; i < days; i += 1) {
-    const day = addDays(first, i);
-    const next = addDays(first, i + 1);
-    ranges.push({
-      from: instantOf(zone, day.year, day.month, day.day).toISOString(),
-      to: instantOf(zone, next.year, next.month, next.day).toISOString(),
-    });
-  }
-  const results = new Array(ranges.length);
-  let index = 0;
-  async function worker() {
-    while (index < ranges.length) {
-      const mine = index++;
-      results[mine] = await allPages("/v1/actions", { ...ranges[mine], ...filters });
-    }
-  }
-  await Promise.all(Array.from({ length: Math.min(PARALLEL, ranges.length) }, worker));
-  return results;
+// One call draws a view, whatever it holds: the API's calendar summary gives each local
+// day (month) or hour (day, week) of the range its counts by status and first few actions.
+async function fetchView(view, zone, first, days, filters) {
+  const end = addDays(first, days);
+  const answer = await api("GET", `/v1/calendar?${query({
+    from: instantOf(zone, first.year, first.month, first.day).toISOString(),
+    to: instantOf(zone, end.year, end.month, end.day).toISOString(),
+    timezone: zone, unit: view === "month" ? "day" : "hour", per_bucket: PER_CELL[view], ...filters,
+  })}`);
+  const cells = new Map();
+  for (const bucket of answer.buckets) cells.set(bucket.start.slice(0, view === "month" ? 10 : 13), bucket);
+  return cells;
+}
+
+const NONE = { total: 0, counts: {}, items: [] };
+
+function cellOf(cells, date, hour) {
+  return cells.get(hour === undefined ? isoDate(date) : `${isoDate(date)}T${pad(hour)}`) || NONE;
 }
 
 function chip(item, zone, view) {
@@ -70,7 +65,8 @@ function chip(item, zone, view) {
   h("span", { class: "visually-hidden" }, `, ${item.status}`));
 }
 
-function more(count, date, zone) {
+function more(count, date, view) {
+  if (view === "day") return h("span", { class: "more-link" }, `+${count} more this hour: narrow by type or status`);
   return h("a", { class: "more-link", href: `#/calendar?view=day&date=${isoDate(date)}` }, `+${count} more`);
 }
 
@@ -79,7 +75,7 @@ function legend() {
     STATUSES.map((s) => h("li", {}, h("span", { class: `swatch status-${s}`, "aria-hidden": "true" }), s)));
 }
 
-function timeGrid(view, first, days, perDay, zone) {
+function timeGrid(view, first, days, cells, zone) {
   const head = h("tr", {}, h("th", { scope: "col", class: "hour-col" }, h("span", { class: "visually-hidden" }, "Hour")),
     Array.from({ length: days }, (_, i) => {
       const d = addDays(first, i);
@@ -87,38 +83,36 @@ function timeGrid(view, first, days, perDay, zone) {
     }));
   const rows = [];
   for (let hour = 0; hour < 24; hour += 1) {
-    const cells = [];
+    const row = [];
     for (let i = 0; i < days; i += 1) {
-      const items = perDay[i].filter((item) => wall(new Date(item.publish_at), zone).hour === hour);
-      const shown = items.slice(0, PER_CELL[view]);
-      cells.push(h("td", { class: items.length ? "busy" : null, dataset: { date: isoDate(addDays(first, i)), hour: pad(hour) } },
-        shown.map((item) => chip(item, zone, view)),
-        items.length > shown.length ? more(items.length - shown.length, addDays(first, i), zone) : null));
+      const cell = cellOf(cells, addDays(first, i), hour);
+      row.push(h("td", { class: cell.total ? "busy" : null, dataset: { date: isoDate(addDays(first, i)), hour: pad(hour) } },
+        cell.items.map((item) => chip(item, zone, view)),
+        cell.total > cell.items.length ? more(cell.total - cell.items.length, addDays(first, i), view) : null));
     }
-    rows.push(h("tr", {}, h("th", { scope: "row", class: "hour-col" }, `${pad(hour)}:00`), cells));
+    rows.push(h("tr", {}, h("th", { scope: "row", class: "hour-col" }, `${pad(hour)}:00`), row));
   }
   return h("table", { class: `calendar grid-${view}` },
     h("caption", { class: "visually-hidden" }, `Actions by hour, times in ${zone}`),
     h("thead", {}, head), h("tbody", {}, rows));
 }
 
-function monthGrid(first, days, perDay, month, zone) {
+function monthGrid(first, days, cells, month, zone) {
   const names = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
   const rows = [];
   for (let week = 0; week < days / 7; week += 1) {
-    const cells = [];
+    const row = [];
     for (let d = 0; d < 7; d += 1) {
-      const i = week * 7 + d;
-      const date = addDays(first, i);
-      const items = perDay[i];
-      const counts = STATUSES.map((s) => [s, items.filter((item) => item.status === s).length]).filter(([, n]) => n);
-      cells.push(h("td", { class: [date.month === month ? null : "other-month", items.length ? "busy" : null], dataset: { date: isoDate(date) } },
-        h("a", { class: "day-number", href: `#/calendar?view=day&date=${isoDate(date)}`, "aria-label": `${dayName(date)}: ${items.length} actions` }, String(date.day)),
+      const date = addDays(first, week * 7 + d);
+      const cell = cellOf(cells, date);
+      const counts = STATUSES.map((s) => [s, cell.counts[s] || 0]).filter(([, n]) => n);
+      row.push(h("td", { class: [date.month === month ? null : "other-month", cell.total ? "busy" : null], dataset: { date: isoDate(date) } },
+        h("a", { class: "day-number", href: `#/calendar?view=day&date=${isoDate(date)}`, "aria-label": `${dayName(date)}: ${cell.total} actions` }, String(date.day)),
         counts.length ? h("p", { class: "counts" }, counts.map(([s, n]) => h("span", { class: `count status-${s}` }, `${n} ${s}`))) : null,
-        items.slice(0, PER_CELL.month).map((item) => chip(item, zone, "month")),
-        items.length > PER_CELL.month ? more(items.length - PER_CELL.month, date, zone) : null));
+        cell.items.map((item) => chip(item, zone, "month")),
+        cell.total > cell.items.length ? more(cell.total - cell.items.length, date, "month") : null));
     }
-    rows.push(h("tr", {}, cells));
+    rows.push(h("tr", {}, row));
   }
   return h("table", { class: "calendar grid-month" },
     h("caption", { class: "visually-hidden" }, `Actions by day, times in ${zone}`),
@@ -191,11 +185,9 @@ export async function render(ctx, _rest, params) {
     for (const [key, value] of [...next]) if (!value) next.delete(key);
     return `#/calendar?${next}`;
   };
-  const perDayResults = await fetchDays(zone, first, days, filters);
-  const perDay = perDayResults.map((r) => r.items);
-  const total = perDay.reduce((n, items) => n + items.length, 0);
-  const partial = perDayResults.some((r) => !r.complete);
-  const types = [...new Set(perDay.flat().map((item) => item.action_type))].sort();
+  const cells = await fetchView(view, zone, first, days, filters);
+  const total = [...cells.values()].reduce((n, cell) => n + cell.total, 0);
+  const types = [...new Set([...cells.values()].flatMap((cell) => cell.items.map((item) => item.action_type)))].sort();
 
   const title = view === "month" ? monthName(date) : view === "week" ? `Week of ${dayName(first)} ${first.year}` : `${dayName(date)} ${date.year}`;
   const toolbar = h("div", { class: "toolbar", role: "toolbar", "aria-label": "Calendar" },
@@ -213,10 +205,9 @@ export async function render(ctx, _rest, params) {
     h("input", { id: "filter-type", value: filters.action_type || "", size: 10, list: "known-types", placeholder: "all",
       onchange: (event) => ctx.navigate(address({ type: event.target.value.trim() })) }));
 
-  const grid = view === "month" ? monthGrid(first, days, perDay, date.month, zone) : timeGrid(view, first, days, perDay, zone);
+  const grid = view === "month" ? monthGrid(first, days, cells, date.month, zone) : timeGrid(view, first, days, cells, zone);
   const summary = h("p", { class: "muted", role: "status" },
-    total ? `${total} actions shown; times in ${zone}.` : `Nothing scheduled in this ${view}. Schedule an action below, or move to another ${view}.`,
-    partial ? " Some days hold more than the console loads at once; narrow by type or status." : null);
+    total ? `${total} actions; times in ${zone}.` : `Nothing scheduled in this ${view}. Schedule an action below, or move to another ${view}.`);
   const node = h("section", { "aria-labelledby": "calendar-title" },
     h("h1", { id: "calendar-title" }, title),
     toolbar, legend(), summary,
