@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 
 from tickwork.connections.secrets import MemorySecretStore, SecretsManagerStore, SecretStore
-from tickwork.platform.config import Settings
+from tickwork.platform.config import Settings, settings
 from tickwork.platform.db import Database, SessionLimits, resolve_url
 from tickwork.platform.queues.port import QueuePort
 from tickwork.platform.queues.sqs import SqsQueues
@@ -57,6 +57,15 @@ def install(runtime: Runtime | None) -> None:
     """Make `runtime` the one handlers use (None: go back to building from the environment)."""
     with _Slot.lock:
         _Slot.runtime = runtime
+
+
+def current_settings() -> Settings:
+    """The settings handlers run with, without building a runtime (no database, no AWS
+    client): the installed runtime's, else the environment's."""
+    with _Slot.lock:
+        if _Slot.runtime is not None:
+            return _Slot.runtime.settings
+    return settings()
 
 
 def current() -> Runtime:

@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tickwork import __version__, console
+from tickwork import __version__, console, runtime
 from tickwork.api import (
     actions,
     campaigns,
@@ -35,7 +35,6 @@ from tickwork.api import (
 )
 from tickwork.api.request import check_event, decode_body, request_checks
 from tickwork.api.scope import tenancy
-from tickwork.platform.config import settings
 from tickwork.platform.errors import TickworkError
 
 MAX_BODY_BYTES = 256 * 1024
@@ -167,7 +166,9 @@ def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     http = event.get("requestContext", {}).get("http", {})
     if console.is_console(event.get("rawPath", "")):
         # The console's files, public like the OpenAPI document: they hold no data.
-        return console.serve(http.get("method", "GET"), event["rawPath"], settings())
+        return console.serve(
+            http.get("method", "GET"), event["rawPath"], runtime.current_settings()
+        )
     if http.get("method") == "GET" and event.get("rawPath") == OPENAPI_PATH:
         # The document describes the API to anyone; it is not a workspace's resource.
         return {
