@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install dev demo status reset test unit integration e2e test-unit pr lint docs format bench bench-tenants bench-scale fuzz chaos build deploy layer-lock clean
+# (screenshots: the console's pictures in docs/images/console, taken by its browser tests)
+.PHONY: screenshots install dev demo status reset test unit integration e2e test-unit pr lint docs format bench bench-tenants bench-scale fuzz chaos build deploy layer-lock clean
 
 # A virtualenv with tickwork (editable) and the dev tools; redone when pyproject.toml changes.
 # pip prints a line per package it collects and installs, so the first run is not silent.
@@ -60,6 +61,12 @@ test-unit: unit
 pr: $(STAMP)
 	$(MAKE) lint
 	$(MAKE) test
+
+# The web console's pictures in the docs, taken by its browser tests on the demo data
+# (Debian's chromium).
+screenshots: $(STAMP)
+	TICKWORK_CONSOLE_SCREENSHOTS=docs/images/console TICKWORK_REQUIRE_BROWSER=1 \
+		$(BIN)/pytest -q tests/browser/test_console_views.py $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

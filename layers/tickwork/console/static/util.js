@@ -127,8 +127,8 @@ export function dayName(date) {
 
 // A stable colour class (1-8) per action type, so a type keeps its colour on every view.
 export function typeHue(actionType) {
-  let hash = 0;
-  for (const ch of actionType) hash = (hash * 31 + ch.charCodeAt(0)) >>> 0;
+  let hash = 2166136261; // FNV-1a
+  for (const ch of actionType) hash = Math.imul(hash ^ ch.charCodeAt(0), 16777619) >>> 0;
   return `type-${(hash % 8) + 1}`;
 }
 
