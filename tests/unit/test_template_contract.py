@@ -283,6 +283,10 @@ def test_every_variable_the_code_reads_is_set(stack):
             if k != ACTION_TYPES_PARAMETER_ENV
         }
         plain.update(TICKWORK_DISPATCH_ENABLED="true", TICKWORK_PAUSED_ACTION_TYPES="")
+        # The console's sign-in endpoints are parameters whose pattern admits https only.
+        for url in ("TICKWORK_CONSOLE_AUTHORIZE_URL", "TICKWORK_CONSOLE_TOKEN_URL"):
+            if url in plain:
+                plain[url] = "https://auth.example.com/oauth2"
         Settings.from_env(plain)
 
 
@@ -464,3 +468,18 @@ def test_the_layer_lock_pins_every_runtime_dependency():
             assert name not in pinned
             continue
         assert name in pinned, name
+
+
+def test_only_the_document_and_the_console_need_no_token(stack):
+    [api] = of_type(stack, "AWS::ApiGatewayV2::Api").values()
+    security = {
+        f"{method.upper()} {path}": operation["security"]
+        for path, methods in api["Properties"]["Body"]["paths"].items()
+        for method, operation in methods.items()
+    }
+    assert security == {
+        "X-AMAZON-APIGATEWAY-ANY-METHOD /v1/{proxy+}": [{"JwtAuthorizer": []}],
+        "GET /v1/openapi.json": [{"NONE": []}],
+        "GET /console": [{"NONE": []}],
+        "GET /console/{proxy+}": [{"NONE": []}],
+    }
