@@ -34,8 +34,8 @@ function seriesCharts(series, zone) {
   return series.map((s) => h("div", { class: "card" },
     h("h3", {}, typeTag(s.action_type)),
     h("div", { class: "charts" },
-      chart("Backlog (due, not finished)", s.buckets.map((b) => ({ at: b.end || b.start, value: b.backlog })), zone, (v) => String(Math.round(v))),
-      chart("Lag p99", s.buckets.map((b) => ({ at: b.end || b.start, value: b.lag_p99_ms })), zone, (v) => duration(v)))));
+      chart("Backlog (due, not finished)", s.buckets.map((b) => ({ at: b.start, value: b.backlog })), zone, (v) => String(Math.round(v))),
+      chart("Lag p99", s.buckets.map((b) => ({ at: b.start, value: b.lag_p99_ms })), zone, (v) => duration(v)))));
 }
 
 function outcomesTable(outcomes) {
@@ -52,17 +52,18 @@ function queuesTable(ctx, queues) {
     button.disabled = true;
     try {
       const answer = await api("POST", "/v1/operations/redrive", actionType ? { action_type: actionType } : {});
+      const lines = answer.redriven.map((r) => (r.error ? `${r.action_type}: ${r.error}` : `${r.action_type}: ${r.moved} dead letter(s) back to the queue (${r.method})`));
       ctx.announce("Redrive started.");
-      slot.replaceChildren(h("p", { role: "status" }, `Redrive: ${JSON.stringify(answer.queues || answer)}`));
+      slot.replaceChildren(h("p", { role: "status" }, lines.join("; ") || "No queue to redrive."));
     } catch (error) {
       slot.replaceChildren(errorBox(error));
     } finally {
       button.disabled = false;
     }
   };
-  const rows = Object.entries(queues || {});
+  const rows = (queues.by_action_type || []).map((q) => [q.action_type, q]);
   return h("div", {},
-    h("table", { class: "list" }, h("caption", {}, "Queues (the stack's, all workspaces)"),
+    h("table", { class: "list" }, h("caption", {}, `Queues (the stack's, all workspaces; ${queues.source})`),
       h("thead", {}, h("tr", {}, ["Type", "Visible", "In flight", "Delayed", "Dead letters", ""].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, rows.map(([type, q]) => h("tr", {}, h("td", {}, typeTag(type)),
         q.error ? h("td", { colspan: 4 }, q.error) : [
@@ -85,11 +86,12 @@ export async function render(ctx, _rest, params) {
       (ops.warnings || []).length
         ? h("ul", { class: "warnings" }, ops.warnings.map((w) => h("li", { class: "warning", dataset: { code: w.code } }, h("strong", {}, w.code), ": ", w.message)))
         : h("p", { class: "ok" }, "Nothing needs attention.")),
-    h("section", { class: "card", "aria-labelledby": "switches-title" }, h("h2", { id: "switches-title" }, "Kill switches"),
+    h("section", { class: "card", "aria-labelledby": "switches-title" }, h("h2", { id: "switches-title" }, "Kill switches and clock"),
       h("p", {}, "Dispatch: ", switches.dispatch_enabled === false ? h("strong", { class: "bad" }, "OFF") : h("strong", {}, "on"),
         "; paused types: ", (switches.paused_action_types || []).join(", ") || "none", "."),
-      h("p", { class: "help" }, "They are the stack's settings (DispatchEnabled, PausedActionTypes): change them by a deploy.")),
+      h("p", { class: "help" }, "They are the stack's settings (DispatchEnabled, PausedActionTypes): change them by a deploy."),
+      ops.clock ? h("p", {}, `Clock: the database and the functions differ by ${duration(Math.abs(ops.clock.skew_seconds) * 1000)} (tolerance ${duration(ops.clock.tolerance_seconds * 1000)}).`) : null),
     h("section", { "aria-labelledby": "series-title" }, h("h2", { id: "series-title" }, `Backlog and lag, last ${hours} h (${zone})`), seriesCharts(ops.series || [], zone)),
     h("section", { class: "card" }, outcomesTable(ops.outcomes || [])),
-    h("section", { class: "card" }, queuesTable(ctx, ops.queues)));
+    h("section", { class: "card" }, queuesTable(ctx, ops.queues || {})));
 }
