@@ -29,6 +29,7 @@ GROUPS: list[tuple[str, str, tuple[str, ...], str]] = [
     ("connections", "Connections", ("connections",), "../../providers.md"),
     ("workspace", "Workspace, stats, forecast and changes",
      ("workspace", "stats", "forecast", "changes"), "../index.md"),
+    ("operations", "Operations", ("operations",), "../../operations.md"),
 ]  # fmt: skip
 METHODS = ("get", "post", "put", "patch", "delete")
 BASE = "api/reference"

@@ -347,3 +347,39 @@ def test_the_mark_claim_and_finalize_call_no_row_trigger(conn, workspace, now):
     # while an update the hot path does not make still stamps the row through its trigger
     edit = "update scheduled_actions set target_key = 'x' where id = %(id)s"
     assert triggers_fired(conn, edit, {"id": ids[0]}) == {"scheduled_actions_touch"}
+
+
+def test_the_operations_series_reads_ranges_of_three_indexes(conn, big_table, workspace):
+    # Given ten days of finished history, this workspace's and another's, beside the queued
+    # rows (100k due later, 100 due now)
+    other = conn.execute("insert into workspaces (name) values ('Globex') returning id").fetchone()
+    for ws in (workspace, other[0]):  # type: ignore[index]
+        conn.execute(
+            "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at,"
+            " status, finished_at)"
+            " select %(ws)s, 'webhook', 'done', %(now)s - g * interval '10 seconds',"
+            " case when g %% 10 = 0 then 'failed' else 'published' end,"
+            " %(now)s - g * interval '10 seconds' + interval '1 second'"
+            " from generate_series(1, 86400) g",
+            {"ws": ws, "now": big_table},
+        )
+    conn.execute("analyze scheduled_actions")
+    start = big_table - timedelta(hours=6)
+    params = {
+        "workspace_id": workspace, "start": start, "stop": big_table, "width": 600,
+        "buckets": 37, "action_types": ["log", "webhook"],
+    }  # fmt: skip
+    for name in ("operations_series", "operations_outcomes"):
+        plan = plan_of(conn, query(name), params)
+        shown = json.dumps(plan, indent=1)
+        assert "scheduled_actions" not in seq_scans(plan), shown
+        assert "ix_scheduled_actions_finished" in index_scans(plan), shown
+    series = plan_of(conn, query("operations_series"), params)
+    shown = json.dumps(series, indent=1)
+    # Rows due in the window: the workspace's range of the calendar index
+    assert "publish_at >=" in index_node(series, "ix_scheduled_actions_calendar")["Index Cond"]
+    # Rows still behind: the workspace's active rows due by now, not all 100k of them
+    active = index_node(series, "ix_scheduled_actions_active_workspace")
+    assert "COALESCE" in active["Index Cond"], shown
+    # Rows finished in the window: a range of finished_at
+    assert "finished_at >=" in index_node(series, "ix_scheduled_actions_finished")["Index Cond"]

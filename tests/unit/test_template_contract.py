@@ -238,6 +238,34 @@ def test_every_sender_may_send_to_every_queue(stack, types):
         assert refs(statement["Resource"]) == {f"{t}Queue"}
 
 
+def test_the_api_may_read_every_queue_and_redrive_its_dead_letters(stack, types):
+    # GET /v1/operations reads each queue's and its DLQ's depths (the queue URLs come from
+    # TICKWORK_QUEUE_URL_PREFIX, as every function's); POST /v1/operations/redrive starts a
+    # message move task from the DLQ to the queue (it may send there: the SendPolicy).
+    assert (
+        "TICKWORK_QUEUE_URL_PREFIX"
+        in stack["ApiFunction"]["Properties"]["Environment"]["Variables"]
+    )
+    for t in types:
+        policy = stack[f"{t}OperationsPolicy"]["Properties"]
+        assert [next(iter(refs(role))) for role in policy["Roles"]] == ["ApiFunctionRole"]
+        allowed: dict[str, set[str]] = {}
+        for statement in policy["PolicyDocument"]["Statement"]:
+            assert statement["Effect"] == "Allow"
+            actions = statement["Action"]
+            for resource in refs(statement["Resource"]):
+                allowed.setdefault(resource, set()).update(
+                    [actions] if isinstance(actions, str) else actions
+                )
+        assert allowed == {
+            f"{t}Queue": {"sqs:GetQueueAttributes"},
+            f"{t}DeadLetterQueue": {
+                "sqs:GetQueueAttributes", "sqs:StartMessageMoveTask",
+                "sqs:ListMessageMoveTasks", "sqs:ReceiveMessage", "sqs:DeleteMessage",
+            },
+        }  # fmt: skip
+
+
 def test_queue_urls_follow_the_naming_convention(stack, types):
     prefix = stack["TickFunction"]["Properties"]["Environment"]["Variables"]
     template = prefix["TICKWORK_QUEUE_URL_PREFIX"]["Fn::Sub"]

@@ -28,6 +28,7 @@ from tickwork.api import (
     events,
     forecast,
     intents,
+    operations,
     recipients,
     recurring,
     rules,
@@ -138,6 +139,7 @@ def build() -> APIGatewayHttpResolver:
     app.include_router(recipients.router)
     app.include_router(forecast.router)
     app.include_router(changes.router)
+    app.include_router(operations.router)
     errors.register(app)
     return app
 

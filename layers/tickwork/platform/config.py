@@ -145,6 +145,12 @@ class Settings(BaseModel):
     clock_skew_tolerance_seconds: float = Field(
         default=0.5, ge=0, le=MAX_CLOCK_SKEW_TOLERANCE_SECONDS
     )
+    # The operations view (GET /v1/operations) warns of a transaction open longer than this
+    # (it holds back the stats rollup's watermark and vacuum's clean-up), and of a type's
+    # backlog (rows due and not finished) that ends its window above where it started and
+    # above this many rows.
+    ops_old_transaction_seconds: float = Field(default=600.0, ge=0)
+    ops_backlog_warning_rows: int = Field(default=100, ge=0)
     # A row left `submitted` this long was claimed by a dispatcher that died (more than the
     # dispatcher's timeout): its redelivered message claims it again when the provider
     # deduplicates (webhooks); otherwise it becomes failed/`stuck` after the stuck timeout.
