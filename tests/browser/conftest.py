@@ -89,8 +89,14 @@ class Console:
 
 
 @pytest.fixture
-def console_api(database_url: str, tmp_path: Path) -> Iterator[Api]:
-    with running_api(database_url, tmp_path, Settings()) as running:
+def console_settings() -> Settings:
+    """The runtime's settings (a test module overrides this fixture to change them)."""
+    return Settings()
+
+
+@pytest.fixture
+def console_api(database_url: str, tmp_path: Path, console_settings: Settings) -> Iterator[Api]:
+    with running_api(database_url, tmp_path, console_settings) as running:
         yield running
 
 

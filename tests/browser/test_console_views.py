@@ -47,7 +47,7 @@ def views(demo: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("action", f"#/actions/{demo['moved']}", ".why-steps li"),
         ("action-failed", f"#/actions/{demo['failed']}", ".why-steps li"),
         ("failures", f"#/failures?from={yesterday}", "tr[data-id]"),
-        ("upcoming", "#/upcoming?hours=72", "table.heatmap td"),
+        ("upcoming", "#/upcoming?hours=72", "table.heatmap td.heat-1, table.heatmap td.heat-4"),
         ("schedules", "#/schedules", "tr[data-id]"),
         ("rules", "#/rules", "tr[data-id]"),
         ("campaigns", "#/campaigns", "tr[data-id]"),

@@ -211,7 +211,7 @@ export async function render(ctx, _rest, params) {
   const node = h("section", { "aria-labelledby": "calendar-title" },
     h("h1", { id: "calendar-title" }, title),
     toolbar, legend(), summary,
-    h("div", { class: "grid-wrap" }, grid),
+    h("div", { class: "grid-wrap", tabindex: "0", role: "region", "aria-label": `The ${view}` }, grid),
     h("datalist", { id: "known-types" }, types.map((t) => h("option", { value: t }))),
     newActionForm(ctx, view === "day" ? date : today(zone)));
   const focus = params.get("focus");

@@ -17,8 +17,11 @@ export async function render(ctx, _rest, params) {
   const zone = ctx.zone;
   const hours = CHOICES.includes(Number(params.get("hours"))) ? Number(params.get("hours")) : 72;
   const forecast = await api("GET", `/v1/forecast?hours=${hours}`);
-  const start = new Date(forecast.start);
-  const columns = Array.from({ length: forecast.hours }, (_, i) => new Date(start.getTime() + i * 3600000));
+  // The forecast's hours are whole UTC hours from the one holding its start.
+  const first = Math.floor(new Date(forecast.start).getTime() / 3600000) * 3600000;
+  const last = new Date(forecast.end).getTime();
+  const columns = [];
+  for (let at = first; at < last; at += 3600000) columns.push(new Date(at));
   const rows = new Map();
   for (const bucket of forecast.buckets) {
     const key = `${bucket.action_type}|${bucket.connection_id || ""}`;
@@ -59,6 +62,6 @@ export async function render(ctx, _rest, params) {
       })))));
   return h("section", { "aria-labelledby": "upcoming-title" }, heading,
     over.length ? h("p", { class: "warning", role: "status" }, `${over.length} hour(s) ahead are over their provider's quota: they will be sent late or deferred.`) : null,
-    h("div", { class: "grid-wrap" }, table),
+    h("div", { class: "grid-wrap", tabindex: "0", role: "region", "aria-label": "Heatmap (scrolls sideways)" }, table),
     h("p", { class: "muted" }, `Totals: ${Object.entries(forecast.totals || {}).map(([k, v]) => `${k} ${v}`).join(", ") || "none"}.`));
 }
