@@ -95,7 +95,11 @@ def test_the_keyboard_reaches_the_calendar_and_opens_an_action(console: Console)
     made = schedule(api, datetime.now(UTC) + timedelta(hours=1))
     console.sign_in("alice", api.workspace_a)
     console.open(f"#/calendar?view=day&date={made['publish_at'][:10]}")
-    # The first Tab reaches the skip link, which moves focus to the content.
+    # Moved to a view, focus is on its heading (where a screen reader starts reading).
+    assert page.evaluate("document.activeElement.id") == "calendar-title"
+    # On a page load, the first Tab reaches the skip link.
+    page.reload()
+    page.locator("main h1").wait_for()
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "Skip to content"
     chip = page.locator(f'.chip[data-id="{made["id"]}"]')

@@ -70,8 +70,9 @@ function renderNav(active) {
     h("button", { type: "button", class: "link", onclick: () => { session.clear(); showSignIn("Signed out."); } }, "Sign out"));
 }
 
-async function route() {
+async function route(event) {
   if (!workspace) return;
+  const moved = Boolean(event && event.type === "hashchange");
   const turn = ++rendering;
   const { name, rest, params } = parseHash();
   const entry = [...VIEWS, ...HIDDEN].find((v) => v.path === name) || VIEWS[0];
@@ -83,7 +84,11 @@ async function route() {
     clear(main, node);
     restoreDrafts(main);
     document.title = `${entry.label || "Action"} · Tickwork`;
-    main.querySelector("h1")?.setAttribute("tabindex", "-1");
+    const heading = main.querySelector("h1");
+    heading?.setAttribute("tabindex", "-1");
+    // Moving within the console, a screen reader starts at the new view's heading (a
+    // page load starts at the top, where the skip link is).
+    if (moved && !params.get("focus")) heading?.focus();
   } catch (error) {
     if (error instanceof SignedOut) return;
     if (turn !== rendering) return;
