@@ -27,8 +27,9 @@ install: $(STAMP)
 dev: $(STAMP)
 	$(BIN)/tickwork dev $(ARGS)
 
+# Options pass through ARGS, e.g. make demo ARGS='--count 30 --last 60'.
 demo: $(STAMP)
-	$(BIN)/tickwork demo
+	$(BIN)/tickwork demo $(ARGS)
 
 status: $(STAMP)
 	$(BIN)/tickwork status $(ARGS)

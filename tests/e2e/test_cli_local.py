@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from tests.waiting import wait_for
 from tickwork import cli
 from tickwork.local.auth import LocalJwt
 from tickwork.local.errors import PortInUseError
-from tickwork.local.paths import DevServer, data_dir, jwt_key_file
+from tickwork.local.paths import DevServer, data_dir, jwt_key_file, pgdata
 from tickwork.local.runner import LocalRuntime
 from tickwork.platform.config import Settings
 from tickwork.platform.queues.memory import Message
@@ -31,9 +32,10 @@ def dev(database_url, monkeypatch) -> Iterator[LocalRuntime]:
     monkeypatch.delenv("TICKWORK_QUEUE_URLS", raising=False)
     root = data_dir()
     with LocalRuntime(database_url, Settings(), jwt=LocalJwt(jwt_key_file(root))) as local:
-        DevServer(os.getpid(), local.api.url, local.receiver.url, database_url, True, []).write(
-            root
-        )
+        DevServer(
+            os.getpid(), local.api.url, local.receiver.url, database_url, True, [],
+            sandbox_url=local.sandbox.url,
+        ).write(root)  # fmt: skip
         yield local
     DevServer.clear(root, os.getpid())
 
@@ -174,7 +176,10 @@ def test_refusals_are_the_apis_code_and_message(dev, capsys):
     )
     assert code == 1
     assert json.loads(out) == direct
-    assert f"HTTP 422 {direct['error']['code']}: {direct['error']['message']}" in err
+    # the API's code and message, its field names read as the command's flags
+    message = direct["error"]["message"].replace("target_key", "--target")
+    assert "target_key" in direct["error"]["message"]
+    assert f"HTTP 422 {direct['error']['code']}: {message}" in err
     # An id that is no action's
     code, _, err = run(capsys, "actions", "show", "00000000", "--workspace", "Acme")
     assert (code, "HTTP 404 not_found") == (1, err.split(":")[1].strip())
@@ -230,6 +235,13 @@ def test_status_and_redrive_reach_the_dev_process_queues(dev, capsys):
     assert found["queues_from"] == f"in-process, tickwork dev pid {os.getpid()}"
     assert found["queues"]["log"]["dead_letters"] == 1
     assert found["dispatch"]["from"] == f"the running tickwork dev, pid {os.getpid()}"
+    # And where the running process listens, its provider sandbox included
+    assert found["dev"] == {
+        "pid": os.getpid(), "api_url": dev.api.url, "receiver_url": dev.receiver.url,
+        "sandbox_url": dev.sandbox.url, "data_dir": str(data_dir()),
+    }  # fmt: skip
+    code, out, _ = run(capsys, "status")
+    assert f"provider sandbox at {dev.sandbox.url}; data in {data_dir()}" in out
     # And redrive puts it back on its queue, where a dispatcher takes it (and drops it: no row)
     moved = run_json(capsys, "redrive")
     assert {r["action_type"]: r["moved"] for r in moved}["log"] == 1
@@ -238,6 +250,11 @@ def test_status_and_redrive_reach_the_dev_process_queues(dev, capsys):
     code, out, _ = run(capsys, "redrive")
     assert code == 0
     assert "log: 0 dead letter(s) back to the queue (in-process queue)" in out
+    # A type with no queue is refused, naming the queues there are
+    code, out, err = run(capsys, "redrive", "--type", "nosuch")
+    assert (code, out) == (2, "")
+    assert "tickwork: --type nosuch: no queue for that action type; the queues: " in err
+    assert "log, " in err
 
 
 def test_without_a_dev_process_the_commands_say_how_to_start_it(capsys, monkeypatch):
@@ -263,13 +280,23 @@ def busy_port() -> socket.socket:
     return holder
 
 
-@pytest.mark.parametrize(
-    ("flag", "what"), [("--api-port", "the HTTP API"), ("--receiver-port", "the webhook receiver")]
-)
+PORT_FLAGS = [
+    ("--api-port", "the HTTP API"),
+    ("--receiver-port", "the webhook receiver"),
+    ("--sandbox-port", "the provider sandbox"),
+]
+
+
+@pytest.mark.parametrize(("flag", "what"), PORT_FLAGS)
 def test_a_busy_port_names_itself_and_its_flag(flag, what, database_url, capsys):
     with busy_port() as holder:
         port = holder.getsockname()[1]
-        options = {"--api-port": "0", "--receiver-port": "0", flag: str(port)}
+        options = {
+            "--api-port": "0",
+            "--receiver-port": "0",
+            "--sandbox-port": "0",
+            flag: str(port),
+        }
         args = ["dev", "--database-url", database_url, "--no-demo"]
         code, _, err = run(capsys, *args, *[x for kv in options.items() for x in kv])
         assert code == 2
@@ -285,3 +312,159 @@ def test_a_second_dev_on_the_same_data_dir_is_refused(database_url, capsys):
     code, _, err = run(capsys, "dev", "--database-url", database_url)
     assert code == 2
     assert f"`tickwork dev` is already running for {data_dir()} (pid {os.getpid()}" in err
+
+
+@pytest.mark.parametrize(("flag", "what"), PORT_FLAGS)
+def test_a_second_dev_checks_its_ports_before_it_makes_a_database(
+    flag, what, tmp_path, capsys, monkeypatch
+):
+    # Given a port held (by the first `tickwork dev`, say) and a data directory of its own
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    root = tmp_path / "second"
+    with busy_port() as holder:
+        port = holder.getsockname()[1]
+        options = {
+            "--api-port": "0",
+            "--receiver-port": "0",
+            "--sandbox-port": "0",
+            flag: str(port),
+        }
+        # When a second one starts with no database of its own yet
+        args = ["dev", "--data-dir", str(root), "--no-demo"]
+        code, _, err = run(capsys, *args, *[x for kv in options.items() for x in kv])
+    # Then it stops at once, naming the port and the flag, and has made no database
+    assert code == 2
+    assert f"port {port} for {what} is already in use" in err
+    assert f"choose another port with {flag} PORT" in err
+    assert "embedded Postgres" not in err
+    assert not pgdata(root).exists()
+
+
+def test_schedule_an_email_through_a_connection_for_a_recipient(dev, capsys, tmp_path):
+    # Given an admin, a connection to the sandbox and a recipient, made with `tickwork api`
+    assert run(capsys, "token", "--workspace", "Acme", "--create", "--admin")[0] == 0
+    acme = ["--workspace", "Acme"]
+    spec = tmp_path / "postmark.json"
+    spec.write_text(json.dumps({
+        "name": "Mail", "provider": "postmark", "settings": {"from": "a@example.com"},
+        "credentials": {"server_token": "local-sandbox-token"},
+    }))  # fmt: skip
+    connection = run_json(capsys, "api", "POST", "/v1/connections", *acme, "--data", f"@{spec}")
+    quiet_all_day = {"timezone": "Asia/Tokyo", "quiet_hours": [{"start": "00:00", "end": "23:59"}]}
+    run_json(capsys, "api", "PUT", "/v1/recipients/ann", *acme, "--data", json.dumps(quiet_all_day))
+    message = {"to": "ann@example.com", "subject": "Hi", "text": "Hello"}
+    email = ["actions", "schedule", *acme, "--type", "email", "--target", "ann", "--in", "1s",
+             "--payload", json.dumps(message)]  # fmt: skip
+    # When an email is scheduled without a connection, the refusal names the flag
+    code, _, err = run(capsys, *email)
+    assert code == 1
+    assert "name the postmark connection to send through (--connection)" in err
+    assert "connection_id" not in err
+    # And a connection nobody has is named with the ones there are
+    code, _, err = run(capsys, *email, "--connection", "Nope")
+    assert code == 2
+    assert "--connection Nope: no connection of this workspace has that name or id" in err
+    assert "'Mail'" in err
+    # When it names the connection (by name) and the recipient, transactional
+    sent = run_json(capsys, *email, "--connection", "Mail", "--recipient", "ann",
+                    "--transactional")  # fmt: skip
+    # Then the action carries them, and the quiet hours did not move it
+    assert (sent["connection_id"], sent["recipient_id"], sent["transactional"]) == (
+        connection["id"], "ann", True)  # fmt: skip
+    assert sent["original_publish_at"] is None
+    assert wait_for_status(capsys, sent["id"], "published")["connection_id"] == connection["id"]
+    assert [a.provider for a in dev.sandbox.arrivals] == ["email"]
+    # --quiet prints the id alone, for `ID=$(...)`
+    code, out, _ = run(capsys, *email, "--connection", connection["id"], "--quiet")
+    assert code == 0
+    assert re.fullmatch(r"[0-9a-f-]{36}\n", out)
+
+
+def test_api_calls_any_route_with_the_token_and_the_workspace(dev, capsys, tmp_path):
+    assert run(capsys, "token", "--workspace", "Acme", "--create", "--admin")[0] == 0
+    acme = ["--workspace", "Acme"]
+    # A route that needs no workspace, and a query string
+    assert run_json(capsys, "api", "get", "/v1/openapi.json")["openapi"].startswith("3.")
+    # A body from a file, then stdin-free JSON; the answer is the API's JSON
+    body = tmp_path / "schedule.json"
+    body.write_text(json.dumps({"action_type": "webhook", "target_key": "primary",
+                                "rrule": "FREQ=DAILY;BYHOUR=9",
+                                "timezone": "Europe/Paris"}))  # fmt: skip
+    code, out, _ = run(capsys, "api", "POST", "/v1/recurring", *acme, "--data", f"@{body}")
+    assert code == 0
+    created = json.loads(out)
+    assert created["status"] == "active"
+    found = run_json(capsys, "api", "GET", "/v1/recurring?status=active", *acme)
+    assert [s["id"] for s in found["items"]] == [created["id"]]
+    # A refusal: the body on stdout, its code and message on stderr, exit 1
+    code, out, err = run(capsys, "api", "POST", "/v1/recurring", *acme, "--data", "{}")
+    assert code == 1
+    assert json.loads(out)["error"]["code"] == "invalid_input"
+    assert "tickwork: HTTP 422 invalid_input: " in err
+    # Without the workspace header, the API says so
+    code, _, err = run(capsys, "api", "GET", "/v1/recurring")
+    assert code == 1
+    assert "HTTP 4" in err
+    # Bad input is refused before any call
+    code, _, err = run(capsys, "api", "POST", "/v1/recurring", *acme, "--data", "{x")
+    assert (code, err.split(":")[1].strip()) == (2, "--data is not JSON")
+    code, _, err = run(capsys, "api", "POST", "/v1/recurring", *acme, "--data", "@/nope.json")
+    assert code == 2
+    assert "--data @/nope.json: cannot read /nope.json" in err
+
+
+def test_recurring_rules_recipients_and_connections_have_verbs(dev, capsys):
+    assert run(capsys, "token", "--workspace", "Acme", "--create", "--admin")[0] == 0
+    acme = ["--workspace", "Acme"]
+    daily = "FREQ=DAILY;BYHOUR=9;BYMINUTE=0"
+    schedule = run_json(capsys, "api", "POST", "/v1/recurring", *acme, "--data", json.dumps({
+        "action_type": "webhook", "target_key": "primary", "rrule": daily,
+        "timezone": "Europe/Paris"}))  # fmt: skip
+    rule = run_json(capsys, "api", "POST", "/v1/rules", *acme, "--data", json.dumps({
+        "name": "Welcome", "trigger": {"type": "event", "event": "user.signed_up"},
+        "action": {"action_type": "webhook", "target_key": "primary"}}))  # fmt: skip
+    run_json(capsys, "api", "PUT", "/v1/recipients/ann", *acme, "--data",
+             '{"timezone": "Asia/Tokyo", "caps": {"sms": 2}}')  # fmt: skip
+    run_json(capsys, "api", "POST", "/v1/connections", *acme, "--data", json.dumps({
+        "name": "Chat", "provider": "slack", "settings": {"default_channel": "#general"},
+        "credentials": {"bot_token": "xoxb-local-sandbox-token"}}))  # fmt: skip
+    short = schedule["id"][:8]
+    # Lists, as tables and as the API's JSON
+    code, out, _ = run(capsys, "recurring", "list", *acme)
+    assert code == 0
+    assert out.splitlines()[0].split()[:4] == ["id", "type", "target", "status"]
+    assert out.splitlines()[1].split()[:5] == [short, "webhook", "primary", "active", daily]
+    assert [s["id"] for s in run_json(capsys, "recurring", "list", *acme)["items"]] == [
+        schedule["id"]]  # fmt: skip
+    # Pause and resume by the first 8 characters of the id
+    code, out, _ = run(capsys, "recurring", "pause", short, *acme, "--reason", "holiday")
+    assert (code, out.strip()) == (0, f"schedule {schedule['id']} is now paused")
+    assert run_json(capsys, "recurring", "show", short, *acme)["paused_reason"] == "holiday"
+    assert run_json(capsys, "recurring", "list", *acme, "--status", "paused")["items"]
+    code, out, _ = run(capsys, "recurring", "resume", schedule["id"], *acme)
+    assert (code, out.strip()) == (0, f"schedule {schedule['id']} is now active")
+    code, out, _ = run(capsys, "recurring", "show", short, *acme)
+    assert "next occurrences (local):" in out
+    assert "T09:00:00+01:00" in out or "T09:00:00+02:00" in out
+    code, out, _ = run(capsys, "rules", "list", *acme)
+    assert f"{rule['id'][:8]}  Welcome" in out
+    assert "event user.signed_up" in out
+    assert run_json(capsys, "rules", "show", rule["id"][:8], *acme)["name"] == "Welcome"
+    code, out, _ = run(capsys, "recipients", "list", *acme)
+    assert out.splitlines()[1].split() == ["ann", "Asia/Tokyo", "-", "sms", "2", "0"]
+    code, out, _ = run(capsys, "recipients", "show", "ann", *acme)
+    assert 'caps                  {"sms": 2}' in out
+    code, out, _ = run(capsys, "connections", "list", *acme)
+    assert "Chat" in out
+    assert "slack" in out
+    code, out, _ = run(capsys, "connections", "show", "Chat", *acme)
+    assert 'settings              {"default_channel": "#general"}' in out
+    # No command prints a Python repr
+    for args in (["recurring", "show", short], ["rules", "show", rule["id"]],
+                 ["recipients", "show", "ann"], ["connections", "show", "Chat"],
+                 ["actions", "list"]):  # fmt: skip
+        code, out, _ = run(capsys, *args, *acme)
+        assert code == 0, args
+        assert "{'" not in out
+        assert "True" not in out
+        assert "None" not in out

@@ -108,6 +108,7 @@ def test_status_json_has_backlog_lag_outcomes_and_what_needs_a_person(
         "window_seconds",
         "workspace_id",
         "dispatch",
+        "dev",
         "backlog",
         "next_due",
         "oldest_due_age_seconds",
@@ -143,6 +144,7 @@ def test_status_json_has_backlog_lag_outcomes_and_what_needs_a_person(
     assert found["attention"] == {"stuck": 1, "ambiguous": 1, "submitted_too_long": 1}
     assert found["queues"] is None
     assert "no `tickwork dev` is running" in found["notes"][0]
+    assert found["dev"] is None  # and so nowhere to say it listens
 
 
 def test_status_of_one_workspace(busy, database_url, capsys):
@@ -273,7 +275,8 @@ def test_actions_in_aws_go_through_the_api_handler_and_enqueue_to_sqs(
         ]
         assert cli.main([*args, "--type", "nope", "--in", "5s"]) == 1
         err = capsys.readouterr().err
-        assert "HTTP 422 unknown_action_type: unknown action_type 'nope'; known types:" in err
+        # (the API's field name read as the flag it came from)
+        assert "HTTP 422 unknown_action_type: unknown --type 'nope'; known types:" in err
         # A row due within the look-ahead goes to its SQS queue at once
         assert cli.main([*args, "--type", "webhook", "--in", "5s", "--json"]) == 0
         created = json.loads(capsys.readouterr().out)

@@ -1,5 +1,6 @@
 """The `tickwork` command: the local runtime, its demo and tokens, migrations, and what an
-operator needs from a shell (status, actions, redrive, reset, a workspace's limits)."""
+operator needs from a shell (status, actions, recurring schedules, rules, recipients,
+connections, any API call, redrive, reset, a workspace's limits)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import parse_qsl, quote
 from uuid import UUID
 
 import httpx
 
 from tickwork import __version__, quotas, workspaces
+from tickwork.cli import tables
 from tickwork.cli.queues import LocalAdmin, QueueAdminError, SqsAdmin
 from tickwork.cli.status import gather, render
 from tickwork.local.auth import LocalJwt
@@ -48,6 +51,7 @@ from tickwork.quotas import MAX_LIMIT, QUOTA_NAMES
 
 DEFAULT_API_PORT = 8788
 DEFAULT_RECEIVER_PORT = 8787
+DEFAULT_SANDBOX_PORT = 8789
 DEFAULT_USER = "local-user"
 
 
@@ -131,8 +135,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
         seed_demo,
         seed_provider_demo,
     )
+    from tickwork.local.logs import FORMAT_VAR  # noqa: PLC0415
     from tickwork.local.receiver import describe  # noqa: PLC0415
-    from tickwork.local.runner import LocalRuntime  # noqa: PLC0415
+    from tickwork.local.runner import LocalRuntime, check_ports  # noqa: PLC0415
 
     root = _root(args)
     other = running_dev(root)
@@ -142,8 +147,17 @@ def cmd_dev(args: argparse.Namespace) -> int:
             f" {other.api_url}); stop it first (Ctrl-C in its terminal), or give this one"
             " another --data-dir"
         )
+    # Before a database is made or started: a port another `tickwork dev` holds is named
+    # with the flag that changes it.
+    check_ports([
+        ("the HTTP API", "--api-port", args.api_port),
+        ("the webhook receiver", "--receiver-port", args.receiver_port),
+        ("the provider sandbox", "--sandbox-port", args.sandbox_port),
+    ])  # fmt: skip
     url = _database_url(args, prefer_dev=False)
     settings = Settings.from_env()
+    # The engine's warnings as a line each, beside the deliveries (local/logs.py).
+    os.environ.setdefault(FORMAT_VAR, "text")
     say("migrating the schema and starting the engine...")
     local = LocalRuntime(
         url,
@@ -153,6 +167,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         receiver_port=args.receiver_port,
         api_port=args.api_port,
+        sandbox_port=args.sandbox_port,
         jwt=_jwt(args),
         on_delivery=lambda delivery: print(describe(delivery), flush=True),
         on_arrival=lambda arrival: print(sandbox.describe(arrival), flush=True),
@@ -169,17 +184,19 @@ def cmd_dev(args: argparse.Namespace) -> int:
         database_url=url,
         dispatch_enabled=local.settings.dispatch_enabled,
         paused_action_types=sorted(local.settings.paused_action_types),
+        sandbox_url=local.sandbox.url,
     ).write(root)
     try:
         print(
             f"tickwork is running: API at {local.api.url}/v1 (docs: {local.api.url}/v1/openapi"
             f".json), tick every {args.tick_interval:g} s (look-ahead"
             f" {local.settings.lookahead_seconds} s), {args.workers} dispatcher(s) per action"
-            f" type, webhook receiver at {local.receiver.url}, data in {root}"
+            f" type, webhook receiver at {local.receiver.url}, provider sandbox at"
+            f" {local.sandbox.url}, data in {root}"
         )
         print(
             "each delivery prints a line: times in UTC; 'late by' is the arrival at the"
-            " receiver minus the action's publish_at"
+            " receiver minus the action's publish_at; then the payload, in short"
         )
         if args.demo:
             client = demo_client(local.runtime.db.connection(), local.api.url, local.jwt)
@@ -331,6 +348,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
     except QueueAdminError as exc:
         status.notes.append(f"queues: {exc.message}")
+    if dev is not None:
+        status.dev = {"pid": dev.pid, "api_url": dev.api_url, "receiver_url": dev.receiver_url,
+                      "sandbox_url": dev.sandbox_url or None, "data_dir": str(root)}  # fmt: skip
     if args.json:
         print(json.dumps(status.as_json(), indent=2))
     else:
@@ -344,9 +364,17 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     admin: SqsAdmin | LocalAdmin
     if settings.queue_urls:
         admin = SqsAdmin(settings.queue_urls)
+        known = sorted(settings.queue_urls)
     else:
         dev = require_dev(_root(args))
         admin = LocalAdmin(dev.api_url, _jwt(args).sign("tickwork-cli", ttl_seconds=300))
+        known = sorted(admin.depths())
+    if args.type is not None and args.type not in known:
+        raise InputError(
+            f"--type {args.type}: no queue for that action type; the queues:"
+            f" {', '.join(known) or 'none'}",
+            field="type",
+        )
     results = admin.redrive(args.type)
     if args.json:
         print(json.dumps([vars(r) for r in results], indent=2))
@@ -432,20 +460,61 @@ def cmd_workspace_limits(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------- actions
 
-_IN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$")
-_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, None: 1}
+_IN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)\s*$")
+_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
 
 def parse_in(value: str) -> timedelta:
-    """`30s`, `2m`, `1h`, `90` (seconds) as a timedelta."""
+    """`30s`, `2m`, `1h`, `1d` as a timedelta; a number without its unit is refused (is `5`
+    seconds or minutes?)."""
     match = _IN.match(value)
     if not match:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a duration like 30s, 5m, 2h or 1d")
+        bare = re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", value)
+        hint = f" (seconds? say {value.strip()}s; minutes: {value.strip()}m)" if bare else ""
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a duration with a unit, like 30s, 5m, 2h or 1d{hint}"
+        )
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
-def _caller(args: argparse.Namespace) -> Any:
-    """The API, and the workspace id, for `tickwork actions`."""
+def positive_hours(value: str) -> float:
+    try:
+        hours = float(value)
+    except ValueError:
+        hours = 0.0
+    if not 0 < hours <= 24 * 366:  # NaN is refused too: every comparison with it is false
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a number of hours above 0 (up to a year), e.g. 12 or 0.5"
+        )
+    return hours
+
+
+# The API's names of what `actions schedule` sends, and the flags a person gave them with:
+# a refusal reads in the terms of the command line.
+SCHEDULE_FLAGS = {
+    "connection_id": "--connection", "recipient_id": "--recipient", "action_type": "--type",
+    "target_key": "--target", "thing_id": "--thing", "publish_at": "--at/--in",
+    "transactional": "--transactional", "payload": "--payload", "date": "--date",
+    "time": "--time", "timezone": "--timezone",
+}  # fmt: skip
+
+
+def in_flag_terms(message: str, flags: dict[str, str]) -> str:
+    """`message` with the API's field names as the command's flags: snake_case names
+    wherever they stand, plain words (date, time, payload) only as the field a message
+    starts with (`time: ...`) or names in parentheses (`(time)`)."""
+    for field, flag in flags.items():
+        if "_" in field:
+            message = re.sub(rf"(?<![\w-]){re.escape(field)}(?![\w-])", flag, message)
+        else:
+            message = re.sub(rf"^{re.escape(field)}(?=[:.])", flag, message)
+            message = message.replace(f"({field})", f"({flag})")
+    return message
+
+
+def _caller(args: argparse.Namespace, *, workspace_required: bool = True) -> Any:
+    """The API, and the id of the action named on the command line, for the commands that
+    call the API (`tickwork actions`, `api`, `recurring`, ...)."""
     # Lazy: the API and the providers load only for the commands that call them.
     from tickwork import runtime  # noqa: PLC0415
     from tickwork.cli.client import HttpCaller, InProcessCaller  # noqa: PLC0415
@@ -458,20 +527,29 @@ def _caller(args: argparse.Namespace) -> Any:
         url = dev.api_url
     if url is None and not settings.queue_urls:
         require_dev(root)  # raises, saying how to start it
-    with connect(_database_url(args)) as conn:
-        workspace = _workspace_id(conn, args.workspace)
-        action_id = _resolve_id(conn, workspace, getattr(args, "id", None))
+    workspace: UUID | None = None
+    action_id = None
+    if workspace_required or args.workspace:
+        with connect(_database_url(args)) as conn:
+            workspace = _workspace_id(conn, args.workspace)
+            table = getattr(args, "id_table", "scheduled_actions")
+            action_id = _resolve_id(conn, table, workspace, getattr(args, "id", None))
+    named = str(workspace) if workspace is not None else None
     if url is not None:
         token = _jwt(args).sign(args.user, ttl_seconds=600)
-        return HttpCaller(url, token, str(workspace)), action_id
+        return HttpCaller(url, token, named), action_id
 
     configured = settings.model_copy(update={"database_url": _database_url(args)})
     runtime.install(runtime.from_settings(configured))
-    return InProcessCaller(args.user, str(workspace)), action_id
+    return InProcessCaller(args.user, named), action_id
 
 
-def _resolve_id(conn: Any, workspace: UUID, given: str | None) -> str | None:
-    """A full action id, or the one action of the workspace whose id starts with `given`
+# The tables whose ids a command may give by their first characters.
+ID_TABLES = {"scheduled_actions": "action", "recurring_schedules": "schedule", "rules": "rule"}
+
+
+def _resolve_id(conn: Any, table: str, workspace: UUID, given: str | None) -> str | None:
+    """A full id, or the one row of `table` in the workspace whose id starts with `given`
     (the 8 characters the tables show), through the primary key's range."""
     if given is None:
         return None
@@ -482,19 +560,23 @@ def _resolve_id(conn: Any, workspace: UUID, given: str | None) -> str | None:
         return given  # the API answers it (not found, with its own message)
     low = UUID(digits.ljust(32, "0"))
     high = UUID(digits.ljust(32, "f"))
+    what = ID_TABLES[table]  # a KeyError here is a bug: only these tables are named
     rows = conn.execute(
-        "select id from scheduled_actions where id between %s and %s and workspace_id = %s limit 2",
+        f"select id from {table} where id between %s and %s and workspace_id = %s limit 2",
         (low, high, workspace),
     ).fetchall()
     if len(rows) == 1:
         return str(rows[0][0])
     if len(rows) > 1:
-        raise InputError(f"more than one action id starts with {given!r}; give more of it")
+        raise InputError(f"more than one {what} id starts with {given!r}; give more of it")
     return given
 
 
-def _print_error(answer: Any, args: argparse.Namespace) -> int:
+def _print_error(answer: Any, args: argparse.Namespace, flags: dict[str, str] | None = None) -> int:
+    """The API's refusal on stderr (its fields as the command's `flags`, if given); with
+    --json, its answer as it is on stdout."""
     error = answer.error
+    message = in_flag_terms(str(error.get("message")), flags or {})
     if args.json:
         print(json.dumps(answer.body, indent=2))
     hint = ""
@@ -503,7 +585,7 @@ def _print_error(answer: Any, args: argparse.Namespace) -> int:
             f" (`tickwork token --workspace {args.workspace} --user {args.user} --create"
             " --admin` makes that user an admin)"
         )
-    say(f"tickwork: HTTP {answer.status} {error.get('code')}: {error.get('message')}{hint}")
+    say(f"tickwork: HTTP {answer.status} {error.get('code')}: {message}{hint}")
     return 1
 
 
@@ -524,20 +606,21 @@ ACTION_HEADER = (
 
 
 def _show(a: dict[str, Any]) -> str:
-    lines = [
-        f"{key:<22}{'-' if value is None else value}"
-        for key, value in a.items()
-        if key not in ("payload", "resolved")
-    ]
+    """An action, a field a line (values that are not text as JSON), the payload last."""
+    shown = {key: value for key, value in a.items() if key != "resolved"}
+    text = tables.fields(shown, last=["payload"])
     if a.get("resolved"):
-        lines.append(f"{'resolved':<22}{a['resolved']['rule']}: {a['resolved']['note'] or 'exact'}")
-    lines.append(f"{'payload':<22}{json.dumps(a['payload'])}")
-    return "\n".join(lines)
+        resolved = f"{a['resolved']['rule']}: {a['resolved']['note'] or 'exact'}"
+        text += f"\n{'resolved':<{tables.WIDTH}}{resolved}"
+    return text
 
 
-def _respond(args: argparse.Namespace, answer: Any, human: Callable[[Any], str]) -> int:
+def _respond(
+    args: argparse.Namespace, answer: Any, human: Callable[[Any], str],
+    flags: dict[str, str] | None = None,
+) -> int:  # fmt: skip
     if not answer.ok:
-        return _print_error(answer, args)
+        return _print_error(answer, args, flags)
     print(json.dumps(answer.body, indent=2) if args.json else human(answer.body))
     return 0
 
@@ -591,16 +674,67 @@ def cmd_actions_why(args: argparse.Namespace) -> int:
     return _respond(args, caller.call("GET", f"/v1/actions/{action_id}/why"), _why)
 
 
+def _check_when(args: argparse.Namespace) -> None:
+    """--date goes with --time (and --timezone only with them), said in flag terms before
+    anything is sent."""
+    if args.date is not None and args.time is None:
+        raise InputError(
+            "--date needs --time HH:MM[:SS] (the wall time on that date)", field="time"
+        )
+    if args.time is not None and args.date is None:
+        raise InputError("--time needs --date YYYY-MM-DD (instead of --in or --at)", field="date")
+    if args.timezone is not None and args.date is None:
+        raise InputError(
+            "--timezone goes with --date and --time (an --at time carries its own offset)",
+            field="timezone",
+        )
+
+
+def _connection_id(caller: Any, given: str) -> str:
+    """A connection's id, given as its id or its name (GET /v1/connections)."""
+    with contextlib.suppress(ValueError):
+        return str(UUID(given))
+    answer = caller.call("GET", "/v1/connections")
+    if not answer.ok:
+        raise InputError(
+            f"--connection {given}: the connections could not be listed:"
+            f" {answer.error.get('message')}",
+            field="connection",
+        )
+    items = answer.body.get("items") or []
+    found = [c for c in items if c["name"] == given]
+    if len(found) == 1:
+        return str(found[0]["id"])
+    names = ", ".join(sorted(repr(c["name"]) for c in items)) or "none"
+    if found:
+        raise InputError(
+            f"--connection {given}: more than one connection has that name; give its id",
+            field="connection",
+        )
+    raise InputError(
+        f"--connection {given}: no connection of this workspace has that name or id; its"
+        f" connections: {names} (`tickwork connections list`)",
+        field="connection",
+    )
+
+
 def cmd_actions_schedule(args: argparse.Namespace) -> int:
 
-    caller, _ = _caller(args)
+    _check_when(args)
     try:
         payload = json.loads(args.payload)
     except ValueError as exc:
         raise InputError(f"--payload is not JSON: {exc}", field="payload") from exc
+    caller, _ = _caller(args)
     body: dict[str, Any] = {"action_type": args.type, "target_key": args.target, "payload": payload}
     if args.thing:
         body["thing_id"] = args.thing
+    if args.connection:
+        body["connection_id"] = _connection_id(caller, args.connection)
+    if args.recipient:
+        body["recipient_id"] = args.recipient
+    if args.transactional:
+        body["transactional"] = True
     if args.in_ is not None:
         body["publish_at"] = (utcnow() + args.in_).isoformat()
     elif args.at:
@@ -611,7 +745,10 @@ def cmd_actions_schedule(args: argparse.Namespace) -> int:
             body["timezone"] = args.timezone
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
     answer = caller.call("POST", "/v1/actions", body=body, headers=headers)
-    return _respond(args, answer, lambda a: "scheduled:\n" + _show(a))
+    if args.quiet and answer.ok and not args.json:
+        print(answer.body["id"])
+        return 0
+    return _respond(args, answer, lambda a: "scheduled:\n" + _show(a), SCHEDULE_FLAGS)
 
 
 def _transition(verb: str) -> Callable[[argparse.Namespace], int]:
@@ -675,6 +812,123 @@ def _bulk_line(verb: str, totals: dict[str, Any]) -> str:
     return line
 
 
+# ---------------------------------------------------------------------- any API call
+
+
+def _data(value: str | None) -> Any:
+    """--data: JSON, or @FILE (@- for stdin) holding it."""
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        source = value[1:]
+        try:
+            text = sys.stdin.read() if source == "-" else Path(source).read_text()
+        except OSError as exc:
+            raise InputError(
+                f"--data {value}: cannot read {source}: {exc.strerror}", field="data"
+            ) from exc
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"--data is not JSON: {exc}", field="data") from exc
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    """Any route of the API with the token and the workspace header added; prints the
+    answer's body, and on a refusal its code and message on stderr (exit 1)."""
+    body = _data(args.data)
+    path, _, query_string = args.path.partition("?")
+    path = path if path.startswith("/") else "/" + path
+    params = dict(parse_qsl(query_string, keep_blank_values=True)) or None
+    caller, _ = _caller(args, workspace_required=False)
+    answer = caller.call(args.method, path, body=body, params=params)
+    if answer.body is not None and answer.body != "":
+        text = answer.body if isinstance(answer.body, str) else json.dumps(answer.body, indent=2)
+        print(text)
+    if not answer.ok:
+        error = answer.error
+        say(f"tickwork: HTTP {answer.status} {error.get('code')}: {error.get('message')}")
+        return 1
+    return 0
+
+
+# --------------------------------------------- recurring, rules, recipients, connections
+
+
+def _page_params(args: argparse.Namespace, **more: Any) -> dict[str, str]:
+    params = {"limit": str(args.limit)} if getattr(args, "limit", None) else {}
+    if getattr(args, "cursor", None):
+        params["cursor"] = args.cursor
+    params.update({name: str(value) for name, value in more.items() if value is not None})
+    return params
+
+
+def cmd_recurring_list(args: argparse.Namespace) -> int:
+    caller, _ = _caller(args)
+    params = _page_params(args, status=args.status, action_type=args.type)
+    answer = caller.call("GET", "/v1/recurring", params=params)
+    return _respond(args, answer, lambda page: tables.table(
+        page["items"], tables.RECURRING, page.get("next_cursor")))  # fmt: skip
+
+
+def cmd_recurring_show(args: argparse.Namespace) -> int:
+    caller, schedule_id = _caller(args)
+    answer = caller.call("GET", f"/v1/recurring/{schedule_id}", params={"preview": "5"})
+    return _respond(args, answer, tables.schedule_detail)
+
+
+def _recurring_transition(verb: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        caller, schedule_id = _caller(args)
+        body = {"reason": args.reason} if getattr(args, "reason", None) else None
+        answer = caller.call("POST", f"/v1/recurring/{schedule_id}/{verb}", body=body)
+        return _respond(args, answer, lambda s: f"schedule {s['id']} is now {s['status']}")
+
+    return run
+
+
+def cmd_rules_list(args: argparse.Namespace) -> int:
+    caller, _ = _caller(args)
+    enabled = None if args.enabled is None else str(args.enabled == "yes").lower()
+    params = _page_params(args, enabled=enabled, trigger_type=args.trigger)
+    answer = caller.call("GET", "/v1/rules", params=params)
+    return _respond(args, answer, lambda page: tables.table(
+        page["items"], tables.RULES, page.get("next_cursor")))  # fmt: skip
+
+
+def cmd_rules_show(args: argparse.Namespace) -> int:
+    caller, rule_id = _caller(args)
+    return _respond(args, caller.call("GET", f"/v1/rules/{rule_id}"), tables.fields)
+
+
+def cmd_recipients_list(args: argparse.Namespace) -> int:
+    caller, _ = _caller(args)
+    answer = caller.call("GET", "/v1/recipients", params=_page_params(args))
+    return _respond(args, answer, lambda page: tables.table(
+        page["items"], tables.RECIPIENTS, page.get("next_cursor")))  # fmt: skip
+
+
+def cmd_recipients_show(args: argparse.Namespace) -> int:
+    caller, _ = _caller(args)
+    return _respond(
+        args, caller.call("GET", f"/v1/recipients/{quote(args.id, safe='')}"), tables.fields
+    )
+
+
+def cmd_connections_list(args: argparse.Namespace) -> int:
+    caller, _ = _caller(args)
+    params = {"provider": args.provider} if args.provider else None
+    answer = caller.call("GET", "/v1/connections", params=params)
+    return _respond(args, answer, lambda page: tables.table(page["items"], tables.CONNECTIONS))
+
+
+def cmd_connections_show(args: argparse.Namespace) -> int:
+    caller, _ = _caller(args)
+    connection_id = _connection_id(caller, args.id)
+    return _respond(args, caller.call("GET", f"/v1/connections/{connection_id}"), tables.fields)
+
+
 # -------------------------------------------------------------------------- parser
 
 
@@ -731,7 +985,9 @@ def build_parser() -> argparse.ArgumentParser:
     _local_commands(command)
     _operator_commands(command, output)
     _workspace_commands(commands, parents, output)
-    _actions_commands(commands, parents, output)
+    acting = _acting()
+    _actions_commands(commands, [*parents, acting], output)
+    _api_commands(commands, [*parents, acting], output)
     return parser
 
 
@@ -752,6 +1008,13 @@ def _local_commands(command: Command) -> None:
     )
     dev.add_argument(
         "--api-port", type=int, default=DEFAULT_API_PORT, help="port of the local HTTP API"
+    )
+    dev.add_argument(
+        "--sandbox-port",
+        type=int,
+        default=DEFAULT_SANDBOX_PORT,
+        help="port of the local provider sandbox (fixed, so the Demo workspace's Mastodon and"
+        " Bluesky connections, which name it, work after a restart)",
     )
     dev.add_argument(
         "--no-demo",
@@ -790,7 +1053,9 @@ def _local_commands(command: Command) -> None:
         "--timezone",
         help="zone of a created workspace; default UTC (an existing workspace keeps its zone)",
     )
-    token.add_argument("--hours", type=float, default=12.0, help="how long the token is valid")
+    token.add_argument(
+        "--hours", type=positive_hours, default=12.0, help="how long the token is valid"
+    )
     token.add_argument(
         "--export", action="store_true", help="print `export TOKEN=... WS=...` for eval in a shell"
     )
@@ -869,10 +1134,8 @@ def _workspace_commands(
     )
 
 
-def _actions_commands(
-    commands: Any, parents: list[argparse.ArgumentParser], output: argparse.ArgumentParser
-) -> None:
-    version = parents[0]
+def _acting() -> argparse.ArgumentParser:
+    """Options of the commands that call the API: as whom, in which workspace, where."""
     acting = argparse.ArgumentParser(add_help=False)
     acting.add_argument(
         "--workspace",
@@ -885,6 +1148,107 @@ def _actions_commands(
         help="the API; default: the running `tickwork dev`'s"
         " (in AWS, with TICKWORK_QUEUE_URLS set: the API handler in-process)",
     )
+    return acting
+
+
+def _verbs(
+    commands: Any, name: str, summary: str, parents: list[argparse.ArgumentParser],
+    output: argparse.ArgumentParser,
+) -> Callable[..., argparse.ArgumentParser]:  # fmt: skip
+    """A command with verbs (`tickwork NAME VERB`), each taking `parents` and --json."""
+    group = commands.add_parser(
+        name, help=summary, description=summary, parents=[parents[0]], formatter_class=HelpFormatter
+    )
+    verbs = group.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def verb(
+        verb_name: str, verb_summary: str, run: Callable[[argparse.Namespace], int],
+        table: str | None = None,
+    ) -> argparse.ArgumentParser:  # fmt: skip
+        sub = verbs.add_parser(
+            verb_name, help=verb_summary, description=verb_summary,
+            parents=[*parents, output], formatter_class=HelpFormatter,
+        )  # fmt: skip
+        sub.set_defaults(run=run, id_table=table or "scheduled_actions")
+        return cast(argparse.ArgumentParser, sub)
+
+    return verb
+
+
+def _paging(parser: argparse.ArgumentParser, default: int = 50) -> None:
+    parser.add_argument("--limit", type=int, default=default, help="items per page")
+    parser.add_argument("--cursor", help="next_cursor of the previous page")
+
+
+def _api_commands(
+    commands: Any, parents: list[argparse.ArgumentParser], output: argparse.ArgumentParser
+) -> None:
+    api = commands.add_parser(
+        "api",
+        help="call any route of the API with a token and the workspace header",
+        description="Call any route of the API (GET /v1/rules, POST /v1/recurring, ...) as"
+        " --user, in --workspace (the header is left out without one), with --data as the"
+        " body; prints the answer's JSON, and a refusal's code and message on stderr (exit 1)."
+        " The routes and their bodies: GET /v1/openapi.json, or the API reference.",
+        parents=[*parents, output],
+        formatter_class=HelpFormatter,
+    )
+    api.set_defaults(run=cmd_api)
+    api.add_argument(
+        "method", type=str.upper, choices=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        metavar="METHOD", help="GET, POST, PUT, PATCH or DELETE",
+    )  # fmt: skip
+    api.add_argument("path", help="the route, with a query string if any: /v1/rules?enabled=true")
+    api.add_argument("--data", help="the JSON body, or @FILE holding it (@- reads stdin)")
+
+    id_help = "id, or its first 8 characters"
+    recurring = _verbs(commands, "recurring", "recurring schedules: list, show, pause, resume,"
+                       " end (/v1/recurring)", parents, output)  # fmt: skip
+    listing = recurring("list", "the schedules, oldest first (GET /v1/recurring)",
+                        cmd_recurring_list)  # fmt: skip
+    listing.add_argument("--status", choices=["active", "paused", "ended"], help="only this status")
+    listing.add_argument("--type", help="only this action type")
+    _paging(listing)
+    recurring("show", "one schedule and its next 5 occurrences", cmd_recurring_show,
+              "recurring_schedules").add_argument("id", help="schedule " + id_help)  # fmt: skip
+    pause = recurring("pause", "pause a schedule: its queued occurrences not yet due are"
+                      " cancelled", _recurring_transition("pause"),
+                      "recurring_schedules")  # fmt: skip
+    pause.add_argument("id", help="schedule " + id_help)
+    pause.add_argument("--reason", help="why, kept with the schedule")
+    recurring("resume", "resume a paused schedule from now", _recurring_transition("resume"),
+              "recurring_schedules").add_argument("id", help="schedule " + id_help)  # fmt: skip
+    recurring("end", "end a schedule for good", _recurring_transition("end"),
+              "recurring_schedules").add_argument("id", help="schedule " + id_help)  # fmt: skip
+
+    rules = _verbs(commands, "rules", "automation rules: list, show (/v1/rules)", parents, output)
+    listing = rules("list", "the rules, oldest first (GET /v1/rules)", cmd_rules_list)
+    listing.add_argument("--enabled", choices=["yes", "no"], help="only enabled, or disabled")
+    listing.add_argument("--trigger", choices=["event", "time"], help="only this trigger type")
+    _paging(listing)
+    rules("show", "one rule (GET /v1/rules/{id})", cmd_rules_show, "rules").add_argument(
+        "id", help="rule " + id_help
+    )
+
+    recipients = _verbs(commands, "recipients", "recipients: list, show (/v1/recipients)",
+                        parents, output)  # fmt: skip
+    _paging(recipients("list", "the recipients by id (GET /v1/recipients)", cmd_recipients_list))
+    recipients("show", "one recipient, with what they were sent today", cmd_recipients_show
+               ).add_argument("id", help="recipient id")  # fmt: skip
+
+    connections = _verbs(commands, "connections", "connections: list, show (/v1/connections)",
+                         parents, output)  # fmt: skip
+    connections("list", "the workspace's connections (GET /v1/connections)",
+                cmd_connections_list).add_argument("--provider",
+                                                   help="only this provider")  # fmt: skip
+    connections("show", "one connection, never its credentials", cmd_connections_show
+                ).add_argument("id", help="connection id or name")  # fmt: skip
+
+
+def _actions_commands(
+    commands: Any, parents: list[argparse.ArgumentParser], output: argparse.ArgumentParser
+) -> None:
+    version = parents[0]
     actions_parser = commands.add_parser(
         "actions",
         help="list, show, explain (why), schedule, cancel, retry actions, one or in bulk (the"
@@ -902,7 +1266,7 @@ def _actions_commands(
             name,
             help=summary,
             description=summary,
-            parents=[*parents, acting, output],
+            parents=[*parents, output],
             formatter_class=HelpFormatter,
         )
         sub.set_defaults(run=run)
@@ -934,12 +1298,34 @@ def _actions_commands(
     schedule.add_argument("--thing", help="thing_id")
     schedule.add_argument("--payload", default="{}", help="JSON object")
     when = schedule.add_mutually_exclusive_group(required=True)
-    when.add_argument("--in", dest="in_", type=parse_in, help="due this long from now: 30s, 5m")
+    when.add_argument(
+        "--in",
+        dest="in_",
+        type=parse_in,
+        metavar="DURATION",
+        help="due this long from now: 30s, 5m, 2h, 1d",
+    )
     when.add_argument("--at", help="publish_at, RFC 3339 with offset")
     when.add_argument("--date", help="local date YYYY-MM-DD (with --time)")
     schedule.add_argument("--time", help="local time HH:MM[:SS] (with --date)")
     schedule.add_argument("--timezone", help="zone of --date/--time; default: the workspace's")
     schedule.add_argument("--idempotency-key", help="the Idempotency-Key header")
+    schedule.add_argument(
+        "--connection",
+        help="the connection to send through, by id or name (`tickwork connections list`);"
+        " email, SMS, chat and posts need one",
+    )
+    schedule.add_argument(
+        "--recipient", help="a registered recipient's id: their quiet hours and caps apply"
+    )
+    schedule.add_argument(
+        "--transactional",
+        action="store_true",
+        help="exempt from the recipient's quiet hours and caps",
+    )
+    schedule.add_argument(
+        "--quiet", "-q", action="store_true", help="print only the new action's id (for scripts)"
+    )
     verb("cancel", "cancel a queued action", _transition("cancel")).add_argument(
         "id", help="action id, or its first 8 characters"
     )
@@ -971,3 +1357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`... | head`): no traceback, and none at exit either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

@@ -48,13 +48,12 @@ class ApiCaller(Protocol):
 
 
 class HttpCaller:
-    def __init__(self, base_url: str, token: str, workspace_id: str) -> None:
+    def __init__(self, base_url: str, token: str, workspace_id: str | None) -> None:
         self.base_url = base_url
-        self.http = httpx.Client(
-            base_url=base_url,
-            headers={"Authorization": f"Bearer {token}", "X-Workspace-Id": workspace_id},
-            timeout=30,
-        )
+        headers = {"Authorization": f"Bearer {token}"}
+        if workspace_id is not None:  # `tickwork api` without --workspace leaves it out
+            headers["X-Workspace-Id"] = workspace_id
+        self.http = httpx.Client(base_url=base_url, headers=headers, timeout=30)
 
     def call(
         self, method: str, path: str, *, body: Any = None, params: dict[str, str] | None = None,
@@ -79,7 +78,7 @@ class InProcessCaller:
     """The API Lambda handler called in this process, as API Gateway would call it after its
     JWT authorizer accepted a token whose subject is `user`."""
 
-    def __init__(self, user: str, workspace_id: str) -> None:
+    def __init__(self, user: str, workspace_id: str | None) -> None:
 
         self.handle = handle
         self.user = user
@@ -94,7 +93,8 @@ class InProcessCaller:
         now = time.time()
         event = {
             "version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": query,
-            "headers": {"x-workspace-id": self.workspace_id, "content-type": "application/json",
+            "headers": {"content-type": "application/json",
+                        **({"x-workspace-id": self.workspace_id} if self.workspace_id else {}),
                         **{k.lower(): v for k, v in (headers or {}).items()}},
             "queryStringParameters": dict(params) if params else None,
             "requestContext": {

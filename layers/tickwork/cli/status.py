@@ -41,6 +41,8 @@ class Status:
     queues: dict[str, Depth] | None = None
     queues_from: str | None = None
     notes: list[str] = field(default_factory=list)
+    # The running `tickwork dev`: pid, where its API, receiver and sandbox listen, data dir.
+    dev: dict[str, Any] | None = None
 
     @property
     def next_due(self) -> datetime | None:
@@ -78,6 +80,7 @@ class Status:
                 else None
             ),
             "queues_from": self.queues_from,
+            "dev": self.dev,
             "notes": self.notes,
         }
 
@@ -166,6 +169,17 @@ def gather(
     )
 
 
+def _dev_line(dev: dict[str, Any] | None) -> list[str]:
+    """Where the running `tickwork dev` listens, if one runs."""
+    if dev is None:
+        return []
+    sandbox = dev["sandbox_url"] or "(not recorded)"
+    return [
+        f"tickwork dev (pid {dev['pid']}): API at {dev['api_url']}, webhook receiver at"
+        f" {dev['receiver_url']}, provider sandbox at {sandbox}; data in {dev['data_dir']}"
+    ]
+
+
 def render(status: Status) -> str:
     """The status as a person reads it in a terminal."""
     now = status.generated_at
@@ -233,6 +247,7 @@ def render(status: Status) -> str:
                 f" in flight {depth.in_flight}, dead letters {depth.dead_letters}"
                 + ("  <- `tickwork redrive`" if depth.dead_letters else "")
             )
+    lines += _dev_line(status.dev)
     for note in status.notes:
         lines.append(note)
     return "\n".join(lines).rstrip() + "\n"

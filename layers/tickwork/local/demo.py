@@ -18,6 +18,7 @@ from tickwork.local.auth import LocalJwt
 from tickwork.platform.db import Connection
 from tickwork.platform.text import clock, duration, lateness
 from tickwork.platform.wallclock import utcnow
+from tickwork.providers.catalog import masked_settings
 
 DEMO_WORKSPACE = "Demo"
 DEMO_USER = "demo-admin"
@@ -182,10 +183,14 @@ DEMO_PAYLOADS: dict[str, dict[str, Any]] = {
 
 
 def demo_connection(client: ApiClient, spec: dict[str, Any]) -> str:
-    """The id of the demo's connection named `spec['name']`, made if missing."""
+    """The id of the demo's connection named `spec['name']`, made if missing, its settings
+    brought up to date if they changed (the sandbox's URL, after `--sandbox-port`)."""
     found = client.call("GET", "/v1/connections", params={"provider": spec["provider"]})
     for item in found["items"]:
         if item["name"] == spec["name"]:
+            if item["settings"] != masked_settings(spec["provider"], spec["settings"]):
+                client.call("PATCH", f"/v1/connections/{item['id']}",
+                            json={"settings": spec["settings"]})  # fmt: skip
             return str(item["id"])
     return str(client.call("POST", "/v1/connections", json=spec)["id"])
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, cast
 
+from tickwork.local.logs import use_readable_lines
 from tickwork.platform.errors import ConfigError
 from tickwork.platform.observability import logger
 
@@ -48,10 +49,12 @@ class LocalContext:
 
 
 def quiet_powertools() -> None:
-    """Locally, EMF metrics and X-Ray have nowhere to go; logs only above INFO."""
+    """Locally, EMF metrics and X-Ray have nowhere to go; logs only above INFO, as readable
+    lines if TICKWORK_LOG_FORMAT is `text` (local/logs.py)."""
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     logger.setLevel(os.environ["POWERTOOLS_LOG_LEVEL"])
     # With metrics off, every handler invocation would warn that it had none to publish.
     warnings.filterwarnings("ignore", message="No application metrics to publish")
+    use_readable_lines()

@@ -3,8 +3,9 @@
 `--data-dir`, else `TICKWORK_DATA_DIR`, else the user data directory of the platform
 (`~/.local/share/tickwork` on Linux, `~/Library/Application Support/tickwork` on macOS).
 It holds the embedded Postgres (`pgdata/`), the key that signs local JWTs (`jwt-secret`)
-and, while `tickwork dev` runs, a record of it (`dev.json`: its pid and URLs) through which
-other commands find the running server.
+and, while `tickwork dev` runs, a record of it (`dev.json`: its pid and the URLs of its
+API, webhook receiver and provider sandbox) through which other commands find the running
+server.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class DevServer:
     database_url: str
     dispatch_enabled: bool
     paused_action_types: list[str]
+    sandbox_url: str = ""  # the provider sandbox (absent from records of older versions)
 
     def write(self, root: Path) -> None:
         target = dev_record_file(root)

@@ -104,8 +104,19 @@ class WebhookReceiver:
         self.server.server_close()
 
 
+PAYLOAD_LIMIT = 60
+
+
+def short_payload(payload: Any, limit: int = PAYLOAD_LIMIT) -> str:
+    """A payload as compact JSON on one line, cut to `limit` characters."""
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def describe(delivery: ReceivedWebhook) -> str:
-    """One line per delivery, times in UTC; 'late by' is the arrival minus publish_at."""
+    """One line per delivery, times in UTC; 'late by' is the arrival minus publish_at; then
+    the payload, in short."""
     data = delivery.body.get("data", {})
     lag = delivery.lag_seconds
     try:
@@ -119,4 +130,5 @@ def describe(delivery: ReceivedWebhook) -> str:
         f"{clock(delivery.arrived_at)}  webhook {str(data.get('id', '?'))[:8]}"
         f"  {data.get('target_key', '?')}  thing={data.get('thing_id') or '-'}  due {due}"
         f"  arrived {lateness(lag) if lag is not None else '(no due time)'}{mark}"
+        + (f"  payload {short_payload(data['payload'])}" if data.get("payload") else "")
     )

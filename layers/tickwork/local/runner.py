@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import base64
 import errno
+import functools
 import gc
 import hashlib
 import json
 import logging
 import multiprocessing
 import os
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.queues import SimpleQueue
 from typing import Any, TypeVar
 
@@ -109,6 +111,21 @@ def bind_port(what: str, flag: str, port: int, make: Callable[[], T]) -> T:
         ) from exc
 
 
+def check_ports(ports: Sequence[tuple[str, str, int]]) -> None:
+    """PortInUseError for the first (what, flag, port) whose port is taken, before anything
+    is made or started (a port of 0, any free one, is not checked)."""
+    for what, flag, port in ports:
+        if port:
+            bind_port(what, flag, port, functools.partial(_probe, port))
+
+
+def _probe(port: int) -> None:
+    """Bind `port` on loopback as the local servers do (address reuse on), then let go."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", port))
+
+
 def sqs_record(
     message: Message, queue: InProcessQueue, received_at: float | None = None
 ) -> dict[str, Any]:
@@ -149,6 +166,7 @@ class LocalRuntime:
         max_receive_count: int = 5,
         receiver_port: int = 0,
         api_port: int = 0,
+        sandbox_port: int = 0,
         jwt: LocalJwt | None = None,
         on_delivery: Callable[[ReceivedWebhook], None] | None = None,
         on_arrival: Callable[[Arrival], None] | None = None,
@@ -169,7 +187,14 @@ class LocalRuntime:
             lambda: WebhookReceiver(DEV_WEBHOOK_SECRET, port=receiver_port,
                                     on_delivery=on_delivery),
         )  # fmt: skip
-        self.sandbox = ProviderSandbox(on_arrival=on_arrival)
+        try:
+            self.sandbox = bind_port(
+                "the provider sandbox", "--sandbox-port", sandbox_port,
+                lambda: ProviderSandbox(port=sandbox_port, on_arrival=on_arrival),
+            )  # fmt: skip
+        except PortInUseError:
+            self.receiver.server.server_close()
+            raise
         # Action types nobody configured (neither TICKWORK_ACTION_TYPES nor the caller's
         # settings) are the local stand-ins: the receiver, the sandbox, printed posts.
         configured = settings.action_types != DEFAULT_ACTION_TYPES
@@ -201,6 +226,7 @@ class LocalRuntime:
             )  # fmt: skip
         except PortInUseError:
             self.receiver.server.server_close()
+            self.sandbox.server.server_close()
             raise
         self._stop = threading.Event()
         self._wake = {name: threading.Event() for name in CRONS}
