@@ -57,8 +57,11 @@ def dev_process(database_url) -> Iterator[tuple[subprocess.Popen[str], list[str]
     env = os.environ | {"DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
     env.pop("TICKWORK_ACTION_TYPES", None)
     api_port = free_port()
+    # Ports of their own: a `make dev` on this machine holds the defaults.
+    ports = ["--api-port", str(api_port), "--receiver-port", str(free_port())]
+    ports += ["--sandbox-port", str(free_port())]
     process = subprocess.Popen(
-        [*TICKWORK, "dev", "--receiver-port", str(free_port()), "--api-port", str(api_port)],
+        [*TICKWORK, "dev", *ports],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
