@@ -1,0 +1,3 @@
+"""Suppression: the (channel, address) pairs of a workspace that must not be messaged.
+
+`model` holds the values (channels, reasons, address normalization), `store` the table."""

@@ -1,0 +1,47 @@
+"""The suppression table: one spelling per address, the first reason kept, tenancy."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import pytest
+
+from tests.conftest import make_workspace
+from tickwork.platform.db import Connection
+from tickwork.platform.errors import InputError
+from tickwork.suppression.model import normalize_address
+from tickwork.suppression.store import find_suppression, suppress
+
+
+@pytest.mark.parametrize(
+    ("channel", "given", "stored"),
+    [
+        ("email", "Ann@Example.COM", "ann@example.com"),
+        ("email", '"Ann" <ann@example.com>', "ann@example.com"),
+        ("sms", "+1 (555) 010-0000", "+15550100000"),
+        ("sms", "+44.20.7946.0000", "+442079460000"),
+    ],
+)
+def test_addresses_are_stored_in_one_spelling(channel: str, given: str, stored: str) -> None:
+    assert normalize_address(channel, given) == stored
+
+
+@pytest.mark.parametrize(
+    ("channel", "given"), [("email", "ann"), ("email", "@example.com"), ("sms", "5550100"),
+                           ("sms", "+0123456789"), ("fax", "+15550100000")],
+)  # fmt: skip
+def test_what_is_not_an_address_is_refused(channel: str, given: str) -> None:
+    with pytest.raises(InputError):
+        normalize_address(channel, given)
+
+
+def test_the_first_reason_is_kept_and_workspaces_are_apart(
+    conn: Connection, workspace: UUID
+) -> None:
+    assert suppress(conn, workspace, "email", "Ann@Example.com", "hard_bounce", "postmark:c1")
+    assert not suppress(conn, workspace, "email", "ann@example.com", "manual", "user:bob")
+    found = find_suppression(conn, workspace, "email", "<ANN@example.com>")
+    assert found is not None
+    assert (found.reason, found.source) == ("hard_bounce", "postmark:c1")
+    other = make_workspace(conn, "Other")
+    assert find_suppression(conn, other, "email", "ann@example.com") is None
