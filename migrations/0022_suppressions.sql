@@ -2,7 +2,7 @@
 -- where from. Hard bounces, complaints and STOP replies add to it automatically (from the
 -- providers' status callbacks), unsubscribe links add `unsubscribed`, people add `manual`.
 --
--- Keyed by (workspace, channel, address) with the address normalized by
+-- Keyed by (workspace, channel, address, scope) with the address normalized by
 -- tickwork.suppression.model.normalize_address (an email's addr-spec lowercased, a phone
 -- number in E.164), so the claim's check is one index probe per address.
 create table suppressions (
@@ -10,6 +10,10 @@ create table suppressions (
     -- The kind of address: an email address or a phone number (SMS).
     channel       text not null check (channel in ('email', 'sms')),
     address       text not null check (length(address) between 1 and 320),
+    -- What the address must not receive: everything (`all`), or only one campaign's or one
+    -- rule's messages (an unsubscribe link scoped to it): `campaign:<uuid>`, `rule:<uuid>`.
+    scope         text not null default 'all'
+                  check (scope = 'all' or scope ~ '^(campaign|rule):[0-9a-f-]{36}$'),
     reason        text not null
                   check (reason in ('hard_bounce', 'complaint', 'unsubscribed', 'stop_reply',
                                     'manual')),
@@ -19,7 +23,7 @@ create table suppressions (
     -- A short sanitized note (the provider's bounce type, a person's reason); never a body.
     detail        text check (length(detail) <= 300),
     created_at    timestamptz not null default now(),
-    primary key (workspace_id, channel, address)
+    primary key (workspace_id, channel, address, scope)
 );
 
 create index ix_suppressions_created on suppressions (workspace_id, created_at desc, channel, address);

@@ -45,3 +45,13 @@ def test_the_first_reason_is_kept_and_workspaces_are_apart(
     assert (found.reason, found.source) == ("hard_bounce", "postmark:c1")
     other = make_workspace(conn, "Other")
     assert find_suppression(conn, other, "email", "ann@example.com") is None
+
+
+def test_a_scoped_entry_is_apart_from_everything(conn: Connection, workspace: UUID) -> None:
+    scope = "campaign:6f1c2b1e-8f1e-4a57-9a54-3f0d2a9b7c11"
+    assert suppress(conn, workspace, "sms", "+15550100000", "unsubscribed", "u", scope=scope)
+    assert find_suppression(conn, workspace, "sms", "+15550100000") is None
+    found = find_suppression(conn, workspace, "sms", "+15550100000", scope=scope)
+    assert found is not None
+    assert found.scope == scope
+    assert suppress(conn, workspace, "sms", "+15550100000", "stop_reply", "twilio:c1")

@@ -44,6 +44,7 @@ def normalize_address(channel: str, address: str, field: str = "address") -> str
 class Suppression:
     channel: str
     address: str
+    scope: str
     reason: str
     source: str
     detail: str | None
@@ -54,6 +55,7 @@ def suppression_from_row(row: dict[str, Any]) -> Suppression:
     return Suppression(
         channel=row["channel"],
         address=row["address"],
+        scope=row["scope"],
         reason=row["reason"],
         source=row["source"],
         detail=row["detail"],

@@ -22,9 +22,11 @@ def suppress(
     reason: str,
     source: str,
     detail: str | None = None,
+    scope: str = "all",
 ) -> bool:
-    """Suppress `address` on `channel` in the workspace; True when it was not suppressed
-    before (an address already on the list keeps its first reason and source)."""
+    """Suppress `address` on `channel` in the workspace, for everything (`all`) or one
+    `campaign:<id>` or `rule:<id>`; True when it was not suppressed so before (an entry
+    already on the list keeps its first reason and source)."""
     if reason not in REASONS:
         raise ValueError(f"unknown suppression reason {reason!r}")
     row = conn.execute(
@@ -33,6 +35,7 @@ def suppress(
             "workspace_id": workspace_id,
             "channel": channel,
             "address": normalize_address(channel, address),
+            "scope": scope,
             "reason": reason,
             "source": source[:300],
             "detail": detail[:300] if detail else None,
@@ -42,7 +45,7 @@ def suppress(
 
 
 def find_suppression(
-    conn: Connection, workspace_id: UUID, channel: str, address: str
+    conn: Connection, workspace_id: UUID, channel: str, address: str, scope: str = "all"
 ) -> Suppression | None:
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(
@@ -51,6 +54,7 @@ def find_suppression(
                 "workspace_id": workspace_id,
                 "channel": channel,
                 "address": normalize_address(channel, address),
+                "scope": scope,
             },
         ).fetchone()
     return None if row is None else suppression_from_row(row)
