@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
 # (screenshots: the console's pictures in docs/images/console, taken by its browser tests)
-.PHONY: screenshots install dev demo status reset test unit integration e2e test-unit pr lint docs format bench bench-tenants bench-scale fuzz chaos build deploy layer-lock clean
+.PHONY: screenshots install dev demo status reset test unit integration e2e test-unit test-slow pr lint docs format bench bench-tenants bench-scale cost fuzz chaos build deploy layer-lock clean
 
 # A virtualenv with tickwork (editable) and the dev tools; redone when pyproject.toml changes.
 # pip prints a line per package it collects and installs, so the first run is not silent.
@@ -58,6 +58,11 @@ e2e: $(STAMP)
 
 test-unit: unit
 
+# The slow scale tests the suite leaves out (marked `slow`), e.g. a bulk cancel of 100,000
+# actions of one tag beside another workspace's tick; each prints what it measured.
+test-slow: $(STAMP)
+	$(BIN)/pytest -m slow -s $(ARGS)
+
 # Before a pull request: what CI runs on it, less the SAM builds (lint, then the whole suite).
 pr: $(STAMP)
 	$(MAKE) lint
@@ -102,8 +107,16 @@ bench-tenants: $(STAMP)
 # SCALE_TERMINAL finished ones): each should stay within 2x.
 SCALE_FUTURE ?= 10000000
 SCALE_TERMINAL ?= 1000000
+# Then the removal scenario (docs/retention.md): this many finished rows past a 30-day
+# retention removed while a burst and the spread run beside it (full size: 10000000).
+SCALE_REMOVAL ?= 200000
 bench-scale: $(STAMP)
-	$(BIN)/python -m tools.bench_scale --future $(SCALE_FUTURE) --terminal $(SCALE_TERMINAL)
+	$(BIN)/python -m tools.bench_scale --future $(SCALE_FUTURE) --terminal $(SCALE_TERMINAL) --removal $(SCALE_REMOVAL)
+
+# What a million actions cost (Lambda, SQS, NAT, logs, X-Ray) from template.yaml's settings:
+# the table of docs/cost.md.
+cost: $(STAMP)
+	$(BIN)/python -m tools.cost
 
 # Schemathesis, every check, every operation, random cases (about 2,300 at 60 examples per
 # operation); prints the case count by status. CI runs a small derandomized set.

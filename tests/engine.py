@@ -123,6 +123,9 @@ def drain(
         total.claimed += s.claimed
         total.skipped += s.skipped
         total.paused += s.paused
+        total.throttled += s.throttled
+        total.failed_over += s.failed_over
+        total.circuits_opened += s.circuits_opened
         total.published += s.published
         total.requeued += s.requeued
         total.reverted += s.reverted

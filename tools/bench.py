@@ -49,7 +49,7 @@ from tickwork.local.embedded import EmbeddedPostgres, with_database
 from tickwork.local.handlers import quiet_powertools
 from tickwork.local.runner import LocalRuntime
 from tickwork.platform import migrate
-from tickwork.platform.config import ActionTypeConfig, Settings
+from tickwork.platform.config import ActionTypeConfig, RateLimit, Settings
 from tickwork.platform.db import Connection, connect
 from tickwork.platform.queues import enqueue
 from tickwork.platform.queues.port import MESSAGE_WINDOW
@@ -363,6 +363,20 @@ def reset(conn: Connection) -> Any:
     return row[0]
 
 
+def add_event_endpoint(conn: Connection, workspace: Any) -> None:
+    """An active outcome-event endpoint taking every action event: each finalized row then
+    makes its event row in the finalize's statement (migration 0026)."""
+    conn.execute(
+        "with c as (insert into connections (workspace_id, name, provider, settings)"
+        " values (%(ws)s, 'events:bench', 'event', '{\"url\": \"https://example.com/e\"}')"
+        " returning id)"
+        " insert into event_endpoints (workspace_id, connection_id, event_types)"
+        " select %(ws)s, c.id, array['action.published', 'action.failed', 'action.cancelled']"
+        " from c",
+        {"ws": workspace},
+    )
+
+
 def insert_rows(conn: Connection, workspace: Any, count: int, start: Any, spread: float) -> None:
     """`count` rows due from `start`, spread over `spread` seconds. `start` must leave
     time for the insert (see due_after_insert): rows that fell due while being written
@@ -391,9 +405,16 @@ def wait_until(moment: datetime, what: str) -> None:
     time.sleep(max(0.0, remaining))
 
 
-def bench_settings(ledger: bool = True, rows_per_message: int = ROWS_PER_MESSAGE) -> Settings:
+# A rate limit no burst here reaches: what configuring a limit costs when it does not bind.
+LOOSE_LIMIT = RateLimit(limit=1_000_000, per="second")
+
+
+def bench_settings(
+    ledger: bool = True, rows_per_message: int = ROWS_PER_MESSAGE, throttle: bool = False
+) -> Settings:
     log = ActionTypeConfig(provider="log", options={"quiet": True},
-                           rows_per_message=rows_per_message)  # fmt: skip
+                           rows_per_message=rows_per_message,
+                           rate_limits=(LOOSE_LIMIT,) if throttle else ())  # fmt: skip
     return Settings(
         action_types={"log": log},
         tick_batch_size=2000,
@@ -411,7 +432,7 @@ def wait_for(deliveries: list[Delivery], count: int, timeout: float) -> None:
 def run_engine(
     url: str, count: int, spread: float, workers: int, batch: int, lead: float,
     ledger: bool = True, tick_process: bool = True, rows_per_message: int = ROWS_PER_MESSAGE,
-    patience: float = 600.0,
+    patience: float = 600.0, events: bool = False, throttle: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """`count` rows due `lead` seconds after a tick, spread over `spread` seconds, through
     the local runtime's handlers (already running, as after any deploy). With a lead inside
@@ -422,8 +443,11 @@ def run_engine(
     `patience`: how long after the last row's due time to wait for the rest."""
     with connect(url) as conn:
         workspace = reset(conn)
+        if events:
+            add_event_endpoint(conn, workspace)
     local = LocalRuntime(
-        url, bench_settings(ledger, rows_per_message), tick_interval=3600, batch_size=batch,
+        url, bench_settings(ledger, rows_per_message, throttle), tick_interval=3600,
+        batch_size=batch,
         workers_per_type=workers, tick_process=tick_process,
     )  # fmt: skip
     provider = LogProvider({"quiet": True})
@@ -543,13 +567,16 @@ def report_costs(count: int, result: dict[str, Any]) -> None:
 
 
 def run_floor(
-    url: str, count: int, workers: int, batch: int, tick_batch: int, ledger: bool = True
-) -> dict[str, Any]:
+    url: str, count: int, workers: int, batch: int, tick_batch: int, ledger: bool = True,
+    events: bool = False,
+) -> dict[str, Any]:  # fmt: skip
     """The burst's statements with no Python work between them: one connection marks due
     rows as the tick does, `workers` connections claim and finalize them in `batch`es (ids
     kept as the text of a Postgres array, every row published)."""
     with connect(url) as conn:
         workspace = reset(conn)
+        if events:
+            add_event_endpoint(conn, workspace)
         start = due_after_insert(count)
         insert_rows(conn, workspace, count, start, 0)
     wait_until(start, "the due time")
@@ -566,7 +593,7 @@ def run_floor(
             while (ids := waves.get()) is not None:
                 claimed = conn.execute(claim, {
                     "ids": ids, "action_type": "log", "early_tolerance": 1.0,
-                    "max_lateness": None, "reclaim_after": None,
+                    "max_lateness": None, "reclaim_after": None, "route_provider": None,
                 }).fetchall()  # fmt: skip
                 n = len(claimed)
                 ids = [row[0] for row in claimed]
@@ -685,6 +712,13 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--spread-only", action="store_true", help="only the spread (b)")
     parser.add_argument("--ledger-off", action="store_true",
                         help="every stage without the delivery ledger's writes")  # fmt: skip
+    parser.add_argument("--events-compare", type=int, default=0, metavar="ROUNDS",
+                        help="only the burst (a), with and without an outcome-event endpoint"
+                        " registered alternately, ROUNDS times each: the events' cost")  # fmt: skip
+    parser.add_argument("--throttle-compare", type=int, default=0, metavar="ROUNDS",
+                        help="only the burst (a), with a rate limit configured that it does"
+                        " not reach and without, alternately, ROUNDS times each: what a"
+                        " limit costs when it does not bind")  # fmt: skip
     parser.add_argument("--ledger-compare", type=int, default=0, metavar="ROUNDS",
                         help="only the burst (a), ledger on and off alternately, ROUNDS"
                         " times each: the ledger's cost")  # fmt: skip
@@ -710,6 +744,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     n, workers, batch, per_message = args.burst, args.workers, args.batch, args.rows_per_message
     messages = max(1, batch // per_message)  # per dispatch: `batch` rows of a burst
+    if args.events_compare:
+        compare_events(url, n, workers, batch, args.lead, args.events_compare, per_message)
+        return finish(admin_url, server, cpu_at_start)
+    if args.throttle_compare:
+        compare_throttle(url, n, workers, batch, args.lead, args.throttle_compare, per_message)
+        return finish(admin_url, server, cpu_at_start)
     if args.ledger_compare:
         compare_ledger(url, n, workers, batch, args.lead, args.ledger_compare, per_message)
         return finish(admin_url, server, cpu_at_start)
@@ -902,6 +942,90 @@ def compare_ledger(
         print(f"\n{label} of {n:,}, {rounds} rounds each, medians: ledger on {on:.2f} s"
               f" ({n / on:,.0f} actions/s), off {off:.2f} s ({n / off:,.0f} actions/s);"
               f" on/off drain time {on / off:.3f}")  # fmt: skip
+
+
+def compare_events(
+    url: str, n: int, workers: int, batch: int, lead: float, rounds: int, per_message: int
+) -> None:
+    """The burst (a) with an outcome-event endpoint registered and without, alternately (on,
+    off, on, ...) so the machine's drift falls on both; medians, and their ratio. With it,
+    every published row's outcome goes to the event outbox in its finalize; the tick, run
+    once here, turns none into event rows during the drain (that work is the tick's, off
+    the dispatch path), so this is the cost the burst itself pays.
+    """
+    drains: dict[bool, list[float]] = {True: [], False: []}
+    floors: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(rounds):
+        for events in (True, False):
+            result = run_engine(url, n, 0.0, workers, max(1, batch // per_message), lead=lead,
+                                rows_per_message=per_message, events=events)  # fmt: skip
+            assert result["distinct"] == n
+            drains[events].append(result["drain_seconds"])
+            made = outbox_entries(url)
+            print(f"    round {i + 1}, events {'on ' if events else 'off'}:"
+                  f" drain {result['drain_seconds']:.2f} s = {n / result['drain_seconds']:,.0f}"
+                  f" actions/s; outbox entries {made:,}; load {load_average()}")  # fmt: skip
+            floor = run_floor(url, n, workers, batch, bench_settings().tick_batch_size,
+                              events=events)  # fmt: skip
+            floors[events].append(floor["drain_seconds"])
+            print(
+                f"    round {i + 1}, events {'on ' if events else 'off'}, floor (SQL only):"
+                f" {floor['drain_seconds']:.2f} s; outbox entries {outbox_entries(url):,}"
+            )
+
+    def median(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    for label, runs in (("(a) burst", drains), ("(d) floor", floors)):
+        on, off = median(runs[True]), median(runs[False])
+        print(f"\n{label} of {n:,}, {rounds} rounds each, medians: events on {on:.2f} s"
+              f" ({n / on:,.0f} actions/s), off {off:.2f} s ({n / off:,.0f} actions/s);"
+              f" on/off drain time {on / off:.3f} (the target: at most 1.05)")  # fmt: skip
+
+
+def compare_throttle(
+    url: str, n: int, workers: int, batch: int, lead: float, rounds: int, per_message: int
+) -> None:
+    """The burst (a) with a rate limit on its type that it does not reach (LOOSE_LIMIT) and
+    without, alternately (limited, unlimited, ...) so the machine's drift falls on both;
+    medians, and their ratio. With the limit, every claimed wave takes its slots in one
+    more statement; without, the dispatch path is unchanged."""
+    drains: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(rounds):
+        for limited in (True, False):
+            result = run_engine(url, n, 0.0, workers, max(1, batch // per_message), lead=lead,
+                                rows_per_message=per_message, throttle=limited)  # fmt: skip
+            assert result["distinct"] == n
+            drains[limited].append(result["drain_seconds"])
+            drain = result["drain_seconds"]
+            print(f"    round {i + 1}, limit {'on ' if limited else 'off'}: drain {drain:.2f} s"
+                  f" = {n / drain:,.0f} actions/s; held back {throttled_entries(url):,};"
+                  f" load {load_average()}")  # fmt: skip
+
+    def median(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    on, off = median(drains[True]), median(drains[False])
+    print(f"\n(a) burst of {n:,}, {rounds} rounds each, medians: limit configured, not binding"
+          f" {on:.2f} s ({n / on:,.0f} actions/s), no limit {off:.2f} s ({n / off:,.0f}"
+          f" actions/s); with/without drain time {on / off:.3f} (the target: at most"
+          " 1.05)")  # fmt: skip
+
+
+def throttled_entries(url: str) -> int:
+    """Rows a limit held back in the last run (none, when it does not bind)."""
+    with connect(url) as conn:
+        held = conn.execute("select count(*) from action_changes where kind = 'throttled'")
+        found = held.fetchone()
+    return int(found[0]) if found else 0
+
+
+def outbox_entries(url: str) -> int:
+    """The outbox's entries, which are then dropped (the next run starts with none)."""
+    with connect(url) as conn:
+        made = conn.execute("select count(*) from event_outbox").fetchone()
+        conn.execute("truncate event_outbox")
+    return int(made[0]) if made else 0
 
 
 def finish(admin_url: str, server: EmbeddedPostgres | None, cpu_at_start: list[int] | None) -> int:

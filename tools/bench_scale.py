@@ -41,6 +41,7 @@ from tickwork.platform.db import Connection, connect
 from tickwork.platform.queues import enqueue
 from tickwork.platform.sql import query
 from tickwork.platform.wallclock import utcnow
+from tools import bench_removal
 
 DATABASE = "tickwork_bench_scale"
 DUE_ROWS = 2000  # due now in both sizes: what the tick and the dispatcher work on
@@ -69,17 +70,31 @@ def build(conn: Connection, future: int, terminal: int) -> Any:
         "select indexdef from pg_indexes where schemaname = 'public'"
         " and tablename = 'scheduled_actions' and indexname <> 'scheduled_actions_pkey'",
     )
-    # The primary key and the foreign keys that hang on it, as `alter table` statements.
-    keys = _ddl(
-        conn,
+    # The primary key, and the foreign keys that hang on its indexes (on (workspace_id, id)
+    # since migration 0037), as `alter table` statements: the key first, the foreign keys
+    # after the indexes they need.
+    constraint_ddl = (
         "select format('alter table %s add constraint %I %s', conrelid::regclass, conname,"
         "              pg_get_constraintdef(oid))"
         " from pg_constraint"
-        " where conrelid = 'scheduled_actions'::regclass and contype = 'p'"
-        "    or confrelid = 'scheduled_actions'::regclass"
-        " order by contype = 'p' desc, conname",
     )
-    conn.execute("alter table scheduled_actions drop constraint scheduled_actions_pkey cascade")
+    primary = _ddl(
+        conn,
+        constraint_ddl + " where conrelid = 'scheduled_actions'::regclass and contype = 'p'",
+    )
+    foreign = _ddl(
+        conn, constraint_ddl + " where confrelid = 'scheduled_actions'::regclass order by conname"
+    )
+    for table, name in conn.execute(
+        "select conrelid::regclass::text, conname from pg_constraint"
+        " where confrelid = 'scheduled_actions'::regclass"
+    ).fetchall():
+        conn.execute(
+            sql.SQL("alter table {} drop constraint {}").format(
+                sql.Identifier(table), sql.Identifier(name)
+            )
+        )
+    conn.execute("alter table scheduled_actions drop constraint scheduled_actions_pkey")
     for definition in indexes:
         name = definition.split(" INDEX ", 1)[1].split(" ON ", 1)[0]
         conn.execute(sql.SQL("drop index {}").format(sql.Identifier(name)))
@@ -123,7 +138,7 @@ def build(conn: Connection, future: int, terminal: int) -> Any:
             " group by workspace_id, action_type"
         )
     conn.execute("set maintenance_work_mem = '512MB'")
-    for definition in keys + indexes:
+    for definition in primary + indexes + foreign:
         conn.execute(definition)  # the catalog's own text
     conn.execute("reset maintenance_work_mem")
     conn.execute("vacuum analyze scheduled_actions")
@@ -238,7 +253,8 @@ def claim_io(conn: Connection, due_ids: list[Any]) -> str:
             cur.execute(
                 "explain (analyze, buffers, wal, format json) " + query("claim_actions"),
                 {"ids": store.uuid_array(due_ids), "action_type": "log",
-                 "early_tolerance": 1.0, "max_lateness": None, "reclaim_after": None},
+                 "early_tolerance": 1.0, "max_lateness": None, "reclaim_after": None,
+                 "route_provider": None},
             )  # fmt: skip
             row = cur.fetchone()
     finally:
@@ -300,6 +316,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--terminal", type=int, default=1_000_000, help="finished rows (large)")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument(
+        "--removal", type=int, default=0,
+        help="then the removal scenario with this many old finished rows (0: none;"
+        " the issue's full size is 10000000)",
+    )  # fmt: skip
+    parser.add_argument("--removal-only", action="store_true", help="only the removal scenario")
+    parser.add_argument(
         "--keep", action="store_true", help=f"leave the {DATABASE}_* databases for a look"
     )
     args = parser.parse_args(argv)
@@ -311,6 +333,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = "an embedded Postgres"
         server = EmbeddedPostgres(Path(tempfile.mkdtemp()) / "pgdata", delete_on_exit=True)
         admin_url = server.url()
+    if not args.removal_only:
+        hot_statements(admin_url, args, where, load_before)
+    if args.removal:
+        bench_removal.run(admin_url, args.removal)
+    if server is not None:
+        server.stop()
+    return 0
+
+
+def hot_statements(admin_url: str, args: argparse.Namespace, where: str, load_before: str) -> None:
+    """The hot statements on a small and a large table, each with its ratio."""
     sizes = (("small", SMALL_FUTURE, 0), ("large", args.future, args.terminal))
     urls = {}
     with psycopg.connect(admin_url, autocommit=True) as admin:
@@ -352,9 +385,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             for label in urls:
                 name = sql.Identifier(f"{DATABASE}_{label}")
                 admin.execute(sql.SQL("drop database if exists {} with (force)").format(name))
-    if server is not None:
-        server.stop()
-    return 0
 
 
 if __name__ == "__main__":

@@ -122,6 +122,7 @@ def list_actions(
     thing_id: str | None = None,
     error_code: str | None = None,
     target_key: str | None = None,
+    tag: str | None = None,
     limit: int = 100,
     cursor: str | None = None,
 ) -> Page:
@@ -133,7 +134,7 @@ def list_actions(
     params = {
         "workspace_id": workspace_id, "after_at": max(after_at, start), "after_id": after_id,
         "to": end, "status": status, "action_type": action_type, "thing_id": thing_id,
-        "error_code": error_code, "target_key": target_key, "limit": limit + 1,
+        "error_code": error_code, "target_key": target_key, "tag": tag, "limit": limit + 1,
     }  # fmt: skip
     if after_at < start:
         params["after_id"] = NIL

@@ -1,11 +1,12 @@
-"""The change log: every cancel, reschedule, defer, quiet-hours move, skip, drop and exit
+"""The change log: every cancel, reschedule, defer, quiet-hours move, skip, drop, exit and hold
 of an action, with who or what made it, why, and the old and new time.
 
 Entries are written where the change happens, so no code path can skip them: triggers on
 scheduled_actions record cancels (by their error_code: `exited` → exit, `skipped` → skip,
 `capped` → drop), turn a cancel followed by its replacement into a reschedule, and record a
-quiet-hours move at creation; claim-time admission records defers; an exit with nothing
-left to cancel records itself. The actor is the API caller (`tickwork.actor`, set for the
+quiet-hours move at creation; claim-time admission records defers, and the dispatcher's
+rate limits the rows they held back (`throttled`); an exit with nothing left to cancel
+records itself. The actor is the API caller (`tickwork.actor`, set for the
 request's transaction) or `system:<source>`.
 """
 
@@ -25,7 +26,18 @@ from tickwork.platform.sql import query
 _OF_ACTION = query("changes_of_action")
 _LIST = query("list_changes")
 
-KINDS = ("cancel", "reschedule", "defer", "quiet_hours", "skip", "drop", "exit")
+KINDS = (
+    "cancel",
+    "reschedule",
+    "defer",
+    "quiet_hours",
+    "skip",
+    "drop",
+    "exit",
+    "digest",
+    "flush",
+    "throttled",
+)
 
 
 @dataclass(frozen=True, slots=True)

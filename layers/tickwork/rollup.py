@@ -1,6 +1,6 @@
 """Rows by status and action type at a cost flat in the backlog (migration 0015).
 
-Triggers keep how many rows each workspace has of each type; the reconciler advances a
+Triggers keep how many rows each workspace has of each type; the rollup cron advances a
 watermark over finished_at and adds the rows finished before it; everything else is counted
 live from small indexes. `counts` is exact: the rollup up to the watermark and the rows
 finished since, read in one snapshot.
@@ -36,7 +36,7 @@ SAFE_MARGIN_SECONDS = 1.0
 # Behind now by this much when some session is not visible to this role in pg_stat_activity:
 # a transaction that finishes rows would have to stay open this long to be missed.
 BLIND_MARGIN_SECONDS = 600.0
-# An advance commits rarely (once a reconciler run); a reader that keeps losing the race
+# An advance commits rarely (once a rollup run); a reader that keeps losing the race
 # to it is told so rather than looping.
 COUNT_ATTEMPTS = 5
 

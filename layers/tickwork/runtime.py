@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tickwork.connections.secrets import MemorySecretStore, SecretsManagerStore, SecretStore
-from tickwork.platform.config import Settings, settings
+from tickwork.platform.archive import ArchiveStore, FolderArchiveStore, S3ArchiveStore
+from tickwork.platform.config import Settings, check_unsubscribe_key, settings
 from tickwork.platform.db import Database, SessionLimits, resolve_url
 from tickwork.platform.queues.port import QueuePort
 from tickwork.platform.queues.sqs import SqsQueues
@@ -30,6 +32,9 @@ class Runtime:
     api_db: Database | None = None
     # Connections' credentials (Secrets Manager in AWS, a file or memory locally).
     secrets: SecretStore = field(default_factory=MemorySecretStore)
+    # Where removed history is archived (the stack's bucket, a local folder); None: nowhere,
+    # and then the retention removes nothing.
+    archive: ArchiveStore | None = None
 
     def api_database(self) -> Database:
         return self.api_db or self.db
@@ -42,14 +47,36 @@ class _Slot:
     lock = threading.Lock()
 
 
-def from_settings(settings: Settings) -> Runtime:
+def with_unsubscribe_key(settings: Settings) -> Settings:
+    """`settings` with the unsubscribe links' key read from its Secrets Manager secret (in
+    AWS), checked like one given directly: a short key stops the start, saying why."""
+    if settings.unsubscribe_key or not settings.unsubscribe_key_secret_arn:
+        return settings
+    from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415 - lazy: Parameters builds boto3 clients (cold start)
 
+    value: object = parameters.get_secret(settings.unsubscribe_key_secret_arn, max_age=3600)
+    key = check_unsubscribe_key(value.decode() if isinstance(value, bytes) else str(value))
+    return settings.model_copy(update={"unsubscribe_key": key})
+
+
+def archive_of(settings: Settings) -> ArchiveStore | None:
+    """The archive the settings name: the S3 bucket, else the folder, else none."""
+    if settings.archive_bucket:
+        return S3ArchiveStore(settings.archive_bucket, settings.archive_prefix)
+    if settings.archive_dir:
+        return FolderArchiveStore(Path(settings.archive_dir))
+    return None
+
+
+def from_settings(settings: Settings) -> Runtime:
+    settings = with_unsubscribe_key(settings)
     return Runtime(
         settings=settings,
         db=Database(resolve_url(settings), SessionLimits.of(settings)),
         queues=SqsQueues(settings.all_queue_urls()),
         providers=ProviderRegistry(settings),
         secrets=SecretsManagerStore(settings.secrets_prefix, settings.secret_max_age_seconds),
+        archive=archive_of(settings),
     )
 
 

@@ -23,6 +23,16 @@ _CREATE = query("create_workspace")
 _UPSERT_MEMBER = query("upsert_member")
 
 SETTINGS_MAX_BYTES = 16384
+# A workspace's own retention (docs/retention.md), as the table's check says.
+RETENTION_MIN_DAYS = 7
+RETENTION_MAX_DAYS = 3650
+
+
+class _Unset:
+    """A value not given (where None is one: the retention back to the stack's)."""
+
+
+UNSET = _Unset()
 
 
 @dataclass(frozen=True)
@@ -31,6 +41,9 @@ class Workspace:
     name: str
     timezone: str
     settings: dict[str, Any]
+    # Its own retention in days (None: the stack's), and whether removal is suspended.
+    retention_days: int | None
+    legal_hold: bool
     created_at: datetime
     updated_at: datetime
 
@@ -50,8 +63,19 @@ def update(
     name: str | None = None,
     timezone: str | None = None,
     settings: dict[str, Any] | None = None,
+    retention_days: int | _Unset | None = UNSET,
+    legal_hold: bool | None = None,
 ) -> Workspace:
-    """Change the current workspace's name, zone (validated) or settings (replaced whole)."""
+    """Change the current workspace's name, zone (validated), settings (replaced whole),
+    retention (days; None: the stack's) or legal hold."""
+    set_retention = not isinstance(retention_days, _Unset)
+    if isinstance(retention_days, int) and not (
+        RETENTION_MIN_DAYS <= retention_days <= RETENTION_MAX_DAYS
+    ):
+        raise InputError(
+            f"retention_days must be {RETENTION_MIN_DAYS} to {RETENTION_MAX_DAYS} days",
+            field="retention_days",
+        )
     if timezone is not None:
         zone(timezone)
     if name is not None and not (1 <= len(name.strip()) <= 200):
@@ -62,6 +86,9 @@ def update(
         "name": name,
         "timezone": timezone,
         "settings": Jsonb(settings) if settings is not None else None,
+        "set_retention": set_retention,
+        "retention_days": None if isinstance(retention_days, _Unset) else retention_days,
+        "legal_hold": legal_hold,
     }
     with storable(), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_UPDATE, params).fetchone()

@@ -12,6 +12,7 @@ from tests.browser.conftest import Console
 from tests.e2e.conftest import Api
 from tests.waiting import wait_for
 from tickwork.actions import model, store
+from tickwork.actions.model import Attempt
 from tickwork.platform.db import connect
 
 
@@ -191,3 +192,60 @@ def test_bad_input_shows_the_apis_message_at_the_field(console: Console) -> None
     slot.wait_for()
     assert "no-such-endpoint" in slot.inner_text()
     assert form.locator("[name=target_key]").get_attribute("aria-invalid") == "true"
+
+
+def test_the_failures_tag_filter_lists_and_cancels_by_tag(
+    console: Console, database_url: str
+) -> None:
+    api, page = console.api, console.page
+    failed = failed_action(api, database_url)
+    with connect(database_url) as conn:
+        conn.execute("update scheduled_actions set tags = '{podcast:42}' where id = %s", (failed,))
+    later = datetime.now(UTC) + timedelta(hours=5)
+    tagged = [schedule(api, later, thing_id=f"p{i}", tags=["podcast:42"])["id"] for i in range(3)]
+    other = schedule(api, later, thing_id="other", tags=["podcast:43"])["id"]
+    console.sign_in("alice", api.workspace_a)
+    yesterday = datetime.now(UTC).date() - timedelta(days=1)
+    # The range is on the due time, for the bulk cancel too: it must reach the rows 5 hours on
+    until = later.date() + timedelta(days=2)
+    console.open(f"#/failures?from={yesterday}&to={until}&tag=podcast:42")
+    page.locator(f'tr[data-id="{failed}"]').wait_for()
+    # A retry in bulk takes no tag: with one chosen it is not offered.
+    assert page.get_by_role("button", name="Retry all failed").count() == 0
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Cancel all queued").click()
+    wait_for(lambda: all(status_of(api, i) == "cancelled" for i in tagged))
+    assert status_of(api, other) == "queued"
+    assert status_of(api, failed) == "failed"
+
+
+def test_the_attempts_table_names_the_provider_and_why_it_was_a_fallback(
+    console: Console, database_url: str
+) -> None:
+    # Given an action whose first call got a transient answer from Postmark and whose second
+    # went to SES past the threshold, through the engine's own claim and finalize
+    api, page = console.api, console.page
+    made = schedule(api, datetime.now(UTC) + timedelta(seconds=30), thing_id="failed-over")
+    later = datetime.now(UTC) + timedelta(hours=1)  # out of the runtime's dispatchers' way
+    with connect(database_url) as conn:
+        store.claim(conn, "webhook", [made["id"]], early_tolerance=7200)
+        now = datetime.now(UTC).timestamp()
+        first = Attempt(1, now - 0.3, now - 0.2, "transient", excerpt="HTTP 503",
+                        provider="postmark")  # fmt: skip
+        requeued = model.requeued(made["id"], later, "HTTP 503")._replace(attempt=first)
+        store.finalize(conn, [requeued])
+        store.claim(conn, "webhook", [made["id"]], early_tolerance=7200)
+        second = Attempt(2, now - 0.1, now, "delivered", provider="ses",
+                         failover_reason="threshold")  # fmt: skip
+        store.finalize(conn, [model.published(made["id"], "ses-1")._replace(attempt=second)])
+    # When a member opens it
+    console.sign_in("mallory-member", api.workspace_a)
+    console.open(f"#/actions/{made['id']}")
+    table = page.get_by_role("table", name="Attempts (the ledger)")
+    table.wait_for()
+    rows = table.locator("tbody tr")
+    # Then each attempt names its provider, and the fallback's says why it was one
+    assert "postmark" in rows.nth(0).inner_text()
+    assert "failed over" not in rows.nth(0).inner_text()
+    fallback = rows.nth(1).inner_text()
+    assert "ses (failed over: the first answered transiently too often)" in fallback

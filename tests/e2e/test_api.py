@@ -219,6 +219,27 @@ def test_workspace_zone_is_validated_and_admin_only(api):
     assert changed["now_local"].endswith(("+01:00", "+02:00"))
 
 
+def test_retention_and_legal_hold_are_set_by_admins_and_validated(api):
+    retention = api.admin.call("GET", "/v1/workspace")["retention"]
+    assert retention == {"days": 90, "own_days": None, "default_days": 90, "legal_hold": False}
+    for bad in (6, 3651, "thirty", "30", 30.5, True):
+        refused = api.admin.http.patch("/v1/workspace", json={"retention_days": bad})
+        assert error_of(refused, 422)["code"] == "invalid_input", bad
+    assert error_of(api.admin.http.patch("/v1/workspace", json={"legal_hold": "yes"}), 422)
+    assert error_of(api.member.http.patch("/v1/workspace", json={"legal_hold": True}), 403)
+    changed = api.admin.call("PATCH", "/v1/workspace",
+                             json={"retention_days": 30, "legal_hold": True})  # fmt: skip
+    assert changed["retention"] == {"days": 30, "own_days": 30, "default_days": 90,
+                                    "legal_hold": True}  # fmt: skip
+    # a change of something else leaves them; null goes back to the stack's retention
+    assert api.admin.call("PATCH", "/v1/workspace", json={"name": "N"})["retention"][
+        "own_days"] == 30  # fmt: skip
+    back = api.admin.call("PATCH", "/v1/workspace", json={"retention_days": None,
+                                                         "legal_hold": False})  # fmt: skip
+    assert back["retention"] == {"days": 90, "own_days": None, "default_days": 90,
+                                 "legal_hold": False}  # fmt: skip
+
+
 def test_stats_count_by_status_and_type(api):
     create(api)
     create(api)

@@ -91,7 +91,7 @@ def test_bulk_cancel_takes_exactly_the_queued_rows_each_criterion_names(api, own
         answer = api.member.call("POST", CANCEL, json=criteria)
         assert answer == {
             "matched": len(expected), "changed": len(expected), "skipped": 0, "refused": {},
-            "next": None,
+            "next": None, "exited": 0,
         }, criteria  # fmt: skip
         cancelled = {name for name, s in zip(rows, statuses(owner, list(rows.values())),
                                              strict=True) if s == "cancelled"}  # fmt: skip
@@ -167,7 +167,9 @@ def test_a_row_that_moved_on_meanwhile_is_skipped_and_counted(api, owner, databa
             wait_for(lambda: _waiting_on_a_lock(owner), timeout=10)
         call.join(10)
     # Then it leaves the claimed row alone and says so
-    assert answers == [{"matched": 3, "changed": 2, "skipped": 1, "refused": {}, "next": None}]
+    assert answers == [
+        {"matched": 3, "changed": 2, "skipped": 1, "refused": {}, "next": None, "exited": 0}
+    ]
     assert statuses(owner, ids) == ["cancelled", "submitted", "cancelled"]
 
 
@@ -191,7 +193,7 @@ def test_bulk_retry_requeues_hands_due_rows_to_their_queue_and_refuses_what_it_m
     # Then each is counted where it belongs
     assert answer == {
         "matched": 6, "changed": 3, "skipped": 0,
-        "refused": {"retries_exhausted": 1, "taken": 2}, "next": None,
+        "refused": {"retries_exhausted": 1, "taken": 2}, "next": None, "exited": 0,
     }  # fmt: skip
     assert statuses(owner, [*ok, spent, busy, *twins]) == [
         "queued",
@@ -271,7 +273,7 @@ def test_each_bulk_cancel_is_in_the_actions_change_log(api, owner):
         ({"action_type": "webhook", "limit": 1001}, "invalid_input", "limit"),
         ({"action_type": "webhook", "after": "not-a-cursor"}, "invalid_input", "after"),
         ({"action_type": "webhook", "status": "published"}, "invalid_input", "status"),
-        ({"action_type": "webhook", "tag": "x"}, "invalid_input", "tag"),
+        ({"action_type": "webhook", "labels": "x"}, "invalid_input", "labels"),
         ({"action_type": ""}, "invalid_input", "action_type"),
     ],
 )  # fmt: skip

@@ -198,7 +198,9 @@ def test_cancel_all_and_retry_all_loop_over_the_cursor_and_print_the_counts(dev,
     # When the webhooks are cancelled two at a time
     totals = run_json(capsys, "actions", "cancel-all", *acme, "--type", "webhook", "--limit", "2")
     # Then every call was made and the counts add up; the other type is left
-    assert totals == {"matched": 4, "changed": 4, "skipped": 0, "refused": {}, "calls": 2}
+    assert totals == {
+        "matched": 4, "changed": 4, "skipped": 0, "refused": {}, "exited": 0, "calls": 2
+    }  # fmt: skip
     rows = conn.execute("select thing_id, status from scheduled_actions order by thing_id")
     assert rows.fetchall() == [(f"t{i}", "cancelled") for i in range(4)] + [("t4", "queued")]
     # Retry in bulk: failed rows in a range, as the API's admins only
@@ -217,6 +219,44 @@ def test_cancel_all_and_retry_all_loop_over_the_cursor_and_print_the_counts(dev,
     code, _, err = run(capsys, "actions", "cancel-all", *acme)
     assert code == 1
     assert "HTTP 422 invalid_input: a bulk cancel must name at least one criterion" in err
+
+
+def test_cancel_with_a_parent_cancels_everything_pending_of_it_and_counts(dev, conn, capsys):
+    # Given 12 pending actions of a tag, one sent, and one of another tag
+    assert run(capsys, "token", "--workspace", "Acme", "--create", "--admin")[0] == 0
+    acme = ["--workspace", "Acme"]
+    ids = [
+        run_json(capsys, "actions", "schedule", *acme, "--type", "webhook", "--target",
+                 "primary", "--thing", f"t{i}", "--at", "2030-01-01T09:00:00Z")["id"]
+        for i in range(14)
+    ]  # fmt: skip
+    conn.execute("update scheduled_actions set tags = '{podcast:42}' where id = any(%s::uuid[])",
+                 (ids[:13],))  # fmt: skip
+    conn.execute(
+        "update scheduled_actions set status = 'published', finished_at = now()"
+        " where id = %s::uuid",
+        (ids[12],),
+    )
+    conn.execute("update scheduled_actions set tags = '{podcast:43}' where id = %s", (ids[13],))
+    # When they are cancelled by tag, five a call
+    code, out, err = run(capsys, "actions", "cancel", *acme, "--tag", "podcast:42",
+                         "--limit", "5")  # fmt: skip
+    # Then the totals add up, with a running count on stderr; the others are left
+    assert (code, out.strip()) == (0, "cancelled 12 of 12 matching; 0 skipped (moved on meanwhile)")
+    assert "... cancelled 5 of 5 matching" in err
+    assert "... cancelled 10 of 10 matching" in err
+    rows = conn.execute(
+        "select status, count(*)::int from scheduled_actions group by status order by 1"
+    )
+    assert rows.fetchall() == [("cancelled", 12), ("published", 1), ("queued", 1)]
+    # An id and a parent at once, or neither, is refused
+    code, _, err = run(capsys, "actions", "cancel", *acme, ids[13], "--tag", "podcast:43")
+    assert code == 2
+    assert "give an action id, or a parent" in err
+    # cancel-all takes the parents too, and the API's refusals come through
+    code, _, err = run(capsys, "actions", "cancel-all", *acme, "--entity", "booking")
+    assert code == 1
+    assert "entity_type and entity_id together" in err
 
 
 def test_status_and_redrive_reach_the_dev_process_queues(dev, capsys):

@@ -409,3 +409,14 @@ def test_a_recurring_schedule_sends_its_occurrences_through_its_connection(api, 
         ).fetchall()
     assert [str(r[0]) for r in rows] == [email["id"]]
     assert len(fakes["postmark"].emails()) == 1
+
+
+def test_a_connections_rate_limits_are_checked_and_shown_back(api):
+    body = {"name": "Limited", "provider": "slack",
+            "settings": {"rate_limits": [{"limit": 1, "per": "second"}]},
+            "credentials": {"bot_token": SLACK_TOKEN}}  # fmt: skip
+    made = api.admin.call("POST", "/v1/connections", json=body)
+    assert made["settings"]["rate_limits"] == [{"limit": 1, "per": "second"}]
+    bad = body | {"name": "Bad", "settings": {"rate_limits": [{"limit": 1, "per": "day"}]}}
+    refused = error_of(api.admin.http.post("/v1/connections", json=bad), 422)
+    assert refused["details"]["field"] == "settings.rate_limits.0.per"

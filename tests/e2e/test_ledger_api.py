@@ -3,10 +3,13 @@ members too (sanitized only), and POST /v1/actions/{id}/resolve for admins."""
 
 from __future__ import annotations
 
+import json
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
+
+import httpx
 
 from tests.e2e.conftest import Api
 from tests.e2e.test_api import create, error_of
@@ -119,3 +122,39 @@ def test_resolve_without_a_lookup_or_of_an_unknown_row_is_explained(api, databas
     assert error_of(missing, 404)
     bad = api.admin.http.post("/v1/actions/not-a-uuid/resolve")
     assert error_of(bad, 404)
+
+
+def test_attempts_name_the_provider_called_and_why_it_was_a_fallback(api, database_url):
+    # Given a row of a type with fallback providers whose first call got a transient
+    # answer from Postmark and whose second went to SES past the threshold, written by
+    # the dispatcher's finalize (its ledger entries name each provider)
+    created = create(api, thing_id="post-failover")
+    later = datetime.now(UTC) + timedelta(hours=1)  # out of the runtime's dispatchers' way
+    with connect(database_url) as conn:
+        [claimed] = store.claim(conn, "webhook", [created["id"]], early_tolerance=7200)
+        now = time.time()
+        first = Attempt(1, now - 0.3, now - 0.2, "transient", excerpt="HTTP 503",
+                        provider="postmark")  # fmt: skip
+        requeued = model.requeued(claimed.id, later, "HTTP 503")._replace(attempt=first)
+        store.finalize(conn, [requeued])
+        [again] = store.claim(conn, "webhook", [created["id"]], early_tolerance=7200)
+        second = Attempt(2, now - 0.1, now, "delivered", provider="ses",
+                         failover_reason="threshold")  # fmt: skip
+        store.finalize(conn, [model.published(again.id, "ses-1")._replace(attempt=second)])
+    # When a member reads the action
+    attempts = api.member.call("GET", f"/v1/actions/{created['id']}")["attempts"]
+    # Then each attempt names its provider, and the fallback's says why it was one
+    seen = [(a["attempt"], a["outcome"], a["provider"], a["failover_reason"]) for a in attempts]
+    assert seen == [(1, "transient", "postmark", None), (2, "delivered", "ses", "threshold")]
+    assert attempts[1]["provider_message_id"] == "ses-1"
+    # And an attempt of a type without fallbacks names none (the type's own provider)
+    plain = claimed_and_finished(api, database_url, "delivered")
+    [own] = api.member.call("GET", f"/v1/actions/{plain}")["attempts"]
+    assert (own["provider"], own["failover_reason"]) == (None, None)
+    # And the OpenAPI document describes both fields, the reason's values included
+    document = httpx.get(f"{api.url}/v1/openapi.json").json()
+    fields = document["components"]["schemas"]["AttemptOut"]["properties"]
+    assert {"provider", "failover_reason"} <= set(fields)
+    described = json.dumps(fields["failover_reason"])
+    assert '"threshold"' in described
+    assert '"circuit_open"' in described

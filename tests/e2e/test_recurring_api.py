@@ -337,7 +337,11 @@ def test_run_now_fires_a_linked_one_off_and_the_next_occurrence_does_not_move(ap
     assert one_off["publish_at_local"].endswith(("-05:00", "-04:00"))  # workspace time
     # it fires at once (handed to its queue after the commit) ...
     wait_for(lambda: one_off["id"] in arrived_ids(api), timeout=3)
-    assert api.admin.call("GET", f"/v1/actions/{one_off['id']}")["status"] == "published"
+    # (the receiver has it before the dispatcher records the answer: wait for that too)
+    wait_for(
+        lambda: api.admin.call("GET", f"/v1/actions/{one_off['id']}")["status"] == "published",
+        timeout=5,
+    )
     # ... and the regular occurrences are exactly as they were
     assert queued(database_url, sid) == regular_before
     after = api.admin.call("GET", f"/v1/recurring/{sid}")

@@ -476,3 +476,24 @@ def test_the_readme_podcast_example_end_to_end(api):
         "2027-04-08T06:00:00Z", "2027-04-10T07:00:00Z"]  # fmt: skip
     off = api.admin.call("PATCH", f"/v1/rules/{ids['announce']}", json={"enabled": False})
     assert len(off["result"]["cancelled"]) == 1
+
+
+# ---------------------------------------------------------------------- per-key limits
+
+
+def test_a_per_key_limit_drops_the_excess_and_a_digest_of_it_needs_its_window(api, database_url):
+    limit = {"key": "{{ context.guest.name }}", "count": 1, "per_seconds": 3600}
+    rule = create(api, event_rule(action=event_rule()["action"] | {"limit": limit}))
+    assert rule["action"]["limit"] == limit | {"excess": "drop"}
+    first = api.admin.call("POST", "/v1/events", json=event())
+    again = api.admin.call("POST", "/v1/events", json=event(entities={"booking": "bk-2"}))
+    assert first["executions_created"] == 1
+    assert (again["executions_created"], again["success"]) == (0, True)
+    assert [s["reason"] for s in again["skipped"]] == ["rate_limited"]
+    assert count_actions(database_url) == 1
+    digest = event_rule(action=event_rule()["action"] | {"limit": limit | {"excess": "digest"}})
+    refused = error_of(api.admin.http.post("/v1/rules", json=digest), 422)
+    assert (refused["code"], refused["details"]["field"]) == (
+        "invalid_input",
+        "action.limit.digest_window",
+    )

@@ -1,6 +1,5 @@
 """/v1/campaigns, /v1/enrollments, /v1/recipients, /v1/forecast and /v1/changes over real
-HTTP against the local runtime, whose crons (the reconciler runs the drips' advance pass)
-run every half second here."""
+HTTP against the local runtime, whose drip advance cron runs every half second here."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from tickwork.platform.db import connect
 
 @pytest.fixture
 def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
-    with running_api(database_url, tmp_path, Settings(), reconciler_interval=0.5) as running:
+    with running_api(database_url, tmp_path, Settings(), drips_interval=0.5) as running:
         yield running
 
 

@@ -1,11 +1,16 @@
 """A fake Postmark: `POST /email`, `GET /server` and the outbound message search
 `GET /messages/outbound` with `X-Postmark-Server-Token`, answering as Postmark documents
 (200 with MessageID and ErrorCode 0; 401 with ErrorCode 10; 422 with an ErrorCode; 429 and
-5xx). Every accepted email is kept, so the search finds what was really sent."""
+5xx). Every accepted email is kept, so the search finds what was really sent.
+
+An outage by the clock (`outage(seconds)`): every email is answered 503 until an instant,
+then accepted again; the 503s are kept with their time and recipient. Recipients marked
+`inactive` are refused (422, ErrorCode 406) as Postmark refuses a suppressed address."""
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -35,6 +40,14 @@ class FakePostmark(FakeServer):
         self.sent: list[dict[str, Any]] = []  # the search's view of each accepted email
         self._sent_lock = threading.Lock()
         self.lose_answers = 0  # accept the email, then answer 500
+        self.down_until: float | None = None  # time.time() until which emails get a 503
+        self.outage_answers: list[tuple[float, dict[str, Any]]] = []  # (when, the email)
+        self.inactive: set[str] = set()  # recipients refused as inactive
+
+    def outage(self, seconds: float) -> float:
+        """Answer every email 503 for `seconds` from now; returns when it ends (time.time())."""
+        self.down_until = time.time() + seconds
+        return self.down_until
 
     def answer(self, seen: Seen) -> Answer:
         if seen.headers.get("x-postmark-server-token") != TOKEN:
@@ -42,6 +55,13 @@ class FakePostmark(FakeServer):
         if seen.method == "GET" and seen.path == "/server":
             return Answer(200, {"ID": 1, "Name": "Fake server", "Color": "blue"})
         if seen.method == "POST" and seen.path == "/email":
+            now = time.time()
+            if self.down_until is not None and now < self.down_until:
+                with self._sent_lock:
+                    self.outage_answers.append((now, seen.json()))
+                return Answer(503, {"ErrorCode": 100, "Message": "Maintenance"})
+            if seen.json().get("To") in self.inactive:
+                return error(406)
             return self._accept(seen.json())
         if seen.method == "GET" and seen.path == "/messages/outbound":
             return self._search(seen.query)

@@ -135,7 +135,8 @@ def test_hours_are_one_to_forty_eight(install, acme):
     assert answer["hours"] == 6
     assert answer["bucket_seconds"] == 600
     # 36 whole buckets and the current one, for every configured type
-    assert [s["action_type"] for s in answer["series"]] == ["log", "webhook"]
+    # (every stack has the outcome events' own type, `event`)
+    assert [s["action_type"] for s in answer["series"]] == ["event", "log", "webhook"]
     assert len(answer["series"][0]["buckets"]) == 37
     assert answer["warnings"] == []
 
@@ -292,12 +293,12 @@ def test_redrive_of_an_unknown_type_is_a_422_naming_the_known_ones(install, acme
     status, body = call("POST", "/v1/operations/redrive", acme, {"action_type": "fax"})
     assert status == 422
     assert body["error"]["code"] == "unknown_action_type"
-    assert "log, webhook" in body["error"]["message"]
+    assert "event, log, webhook" in body["error"]["message"]
     # Without a body: every type's, nothing waiting
     status, body = call("POST", "/v1/operations/redrive", acme)
     assert status == 200, body
     assert [(r["action_type"], r["method"], r["moved"]) for r in body["redriven"]] == [
-        ("log", "none", 0), ("webhook", "none", 0),
+        ("event", "none", 0), ("log", "none", 0), ("webhook", "none", 0),
     ]  # fmt: skip
 
 
@@ -317,7 +318,7 @@ def sqs(monkeypatch) -> Iterator[Any]:
 def sqs_queues(sqs) -> dict[str, str]:
     """The template's shape: a queue per action type with a DLQ after 5 receives."""
     urls = {}
-    for name in ("webhook", "log"):
+    for name in ("webhook", "log", "event"):
         dlq = sqs.create_queue(QueueName=f"tickwork-{name}-dlq")["QueueUrl"]
         arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
             "QueueArn"
@@ -367,7 +368,12 @@ def test_a_queue_that_cannot_be_read_is_said_so_not_a_failed_request(
     install, acme, sqs, sqs_queues
 ):
     missing = sqs_queues["log"].replace("tickwork-log", "tickwork-gone")
-    install(SqsQueues({"webhook": sqs_queues["webhook"], "log": missing}, client=sqs))
+    install(
+        SqsQueues(
+            {"webhook": sqs_queues["webhook"], "log": missing, "event": sqs_queues["event"]},
+            client=sqs,
+        )
+    )
     answer = ops(acme)
     depths = {q["action_type"]: q for q in answer["queues"]["by_action_type"]}
     assert depths["webhook"]["error"] is None

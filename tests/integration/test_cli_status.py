@@ -118,7 +118,9 @@ def test_status_json_has_backlog_lag_outcomes_and_what_needs_a_person(
         "queues",
         "queues_from",
         "notes",
+        "circuits",
     }
+    assert found["circuits"] == []  # every provider circuit closed
     assert found["dispatch"] == {
         "enabled": True,
         "paused_action_types": ["log"],

@@ -22,7 +22,7 @@ from tests.handlers import FakeLambdaContext, load_handler
 from tickwork.engine import deploy
 from tickwork.engine.deploy import is_rollback, validate_configuration
 from tickwork.platform import migrate
-from tickwork.platform.config import Settings
+from tickwork.platform.config import EVENT_ACTION_TYPE, Settings
 from tickwork.platform.db import API_LOGIN_ROLE, api_login_url, connect
 
 REGION = "us-east-1"
@@ -89,7 +89,8 @@ def queues(monkeypatch) -> Iterator[Any]:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     with mock_aws():
         sqs = boto3.client("sqs", region_name=REGION)
-        for name in ACTION_TYPES:
+        # (and the outcome events' own type, which every stack has)
+        for name in [*ACTION_TYPES, EVENT_ACTION_TYPE]:
             sqs.create_queue(QueueName=f"tickwork-test-{name}")
         yield sqs
 
@@ -199,26 +200,13 @@ def test_a_type_whose_provider_cannot_be_built_fails_the_deploy(
     assert not tables(empty_database_url)
 
 
-def test_a_queue_created_beside_the_migration_is_waited_for(
-    monkeypatch, empty_database_url, cfn, queues
-):
-    # A type added in this deploy: its queue appears while the migration already checks.
-    monkeypatch.setattr(deploy, "QUEUE_POLL_SECONDS", 0.2)
-    extra = {**ACTION_TYPES, "sms": {"provider": "log"}}
-    timer = threading.Timer(1.0, lambda: queues.create_queue(QueueName="tickwork-test-sms"))
-    timer.start()
-    try:
-        run(monkeypatch, empty_database_url, event(cfn.url, "Update", 3, 2), action_types=extra)
-    finally:
-        timer.cancel()
-    assert cfn.only["Status"] == "SUCCESS", cfn.only["Reason"]
-
-
 def test_a_type_without_its_queue_fails_the_deploy(monkeypatch, empty_database_url, cfn, queues):
-    monkeypatch.setattr(deploy, "QUEUE_WAIT_SECONDS", 1.0)
-    monkeypatch.setattr(deploy, "QUEUE_POLL_SECONDS", 0.2)
+    # The resource depends on every queue of the template: a type without one is a typo,
+    # answered at once, not after waiting for a queue that will never come.
     extra = {**ACTION_TYPES, "sms": {"provider": "log"}}
+    started = time.monotonic()
     run(monkeypatch, empty_database_url, event(cfn.url, "Update", 3, 2), action_types=extra)
+    assert time.monotonic() - started < 10
     assert cfn.only["Status"] == "FAILED"
     assert f"'sms' has no queue at {PREFIX}sms" in cfn.only["Reason"]
     assert "Fn::ForEach::PerActionType" in cfn.only["Reason"]
@@ -277,8 +265,111 @@ def test_rollback_is_an_update_to_an_older_layer():
 def test_every_configured_type_needs_a_queue_url():
     settings = Settings.model_validate({"action_types": {"log": {"provider": "log"}}})
     assert validate_configuration(settings, lambda url: True) == [
-        "action type 'log' has no queue URL (TICKWORK_QUEUE_URL_PREFIX)"
+        f"action type '{EVENT_ACTION_TYPE}' has no queue URL (TICKWORK_QUEUE_URL_PREFIX)",
+        "action type 'log' has no queue URL (TICKWORK_QUEUE_URL_PREFIX)",
     ]
     assert validate_configuration(Settings.model_validate({"action_types": {}}), bool) == [
         "no action types are configured (the ActionTypes parameter)"
     ]
+
+
+def test_a_webhook_secret_outside_the_stacks_prefix_fails_the_deploy_by_name():
+    secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:{}/webhooks/primary-AbCdEf"
+    endpoints = {
+        "primary": {"url": "https://hooks.example.com/a", "secret_arn": secret.format("tw-prod")},
+        "legacy": {"url": "https://hooks.example.com/b", "secret_arn": secret.format("tickwork")},
+    }
+    settings = Settings.model_validate(
+        {
+            "secrets_prefix": "tw-prod",
+            "action_types": {
+                "webhook": {"provider": "webhook", "options": {"endpoints": endpoints}}
+            },
+        }
+    )
+    problems = deploy._unreadable_webhook_secrets(settings, "webhook")
+    assert problems == [
+        "action type 'webhook', endpoint 'legacy': secret_arn must name a secret"
+        " tw-prod/webhooks/..., the only webhook secrets this stack's dispatchers may read"
+    ]
+
+
+def test_the_deploy_gives_service_made_log_groups_the_stacks_retention(
+    monkeypatch, empty_database_url, cfn, queues
+):
+    logs = boto3.client("logs", region_name=REGION)
+    # RDS made its export's group before the migration ran; the rotation's is not made yet.
+    logs.create_log_group(logGroupName="/aws/rds/instance/db-1/postgresql")
+    body = event(cfn.url, "Create")
+    groups = ["/aws/rds/instance/db-1/postgresql", "/aws/lambda/tickwork-test-rotate-owner"]
+    body["ResourceProperties"] |= {"LogGroups": groups, "LogRetentionDays": "30"}
+    run(monkeypatch, empty_database_url, body)
+    assert cfn.only["Status"] == "SUCCESS", cfn.only["Reason"]
+    found = {
+        g["logGroupName"]: g.get("retentionInDays") for g in logs.describe_log_groups()["logGroups"]
+    }
+    assert found == dict.fromkeys(groups, 30)
+
+
+@pytest.fixture
+def listening() -> Iterator[str]:
+    """A loopback host:port that accepts connections (a provider the subnets reach)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+@pytest.fixture
+def closed() -> str:
+    """A loopback host:port nothing listens on (a provider behind a missing NAT)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        return f"127.0.0.1:{server.getsockname()[1]}"
+
+
+def test_a_stack_that_cannot_reach_a_provider_fails_its_deploy_naming_the_type(
+    monkeypatch, empty_database_url, cfn, queues, listening, closed
+):
+    monkeypatch.setitem(deploy.PROVIDER_HOSTS, "event", listening)  # the engine's own type
+    monkeypatch.setitem(deploy.PROVIDER_HOSTS, "log", f"https://{closed}/")
+    body = event(cfn.url, "Create")
+    body["ResourceProperties"]["EgressCheck"] = "fail"
+    started = time.monotonic()
+    run(monkeypatch, empty_database_url, body, action_types={"log": {"provider": "log"}})
+    assert time.monotonic() - started < deploy.EGRESS_TIMEOUT_SECONDS + 5
+    assert cfn.only["Status"] == "FAILED"
+    assert f"no way out to the internet for: log ({closed})" in cfn.only["Reason"]
+    assert "event" not in cfn.only["Reason"].split("(add")[0]
+    assert not tables(empty_database_url)
+
+
+def test_egress_warn_deploys_and_says_which_types_cannot_get_out(
+    monkeypatch, empty_database_url, cfn, queues, listening, closed
+):
+    monkeypatch.setitem(deploy.PROVIDER_HOSTS, "event", closed)
+    body = event(cfn.url, "Create")
+    body["ResourceProperties"]["EgressCheck"] = "warn"
+    run(monkeypatch, empty_database_url, body, action_types={"log": {"provider": "log"}})
+    assert cfn.only["Status"] == "SUCCESS", cfn.only["Reason"]
+    assert f"WARNING no way out to the internet for: event ({closed})" in cfn.only["Reason"]
+    assert tables(empty_database_url)
+
+
+def test_egress_targets_follow_each_types_provider():
+    settings = Settings.model_validate(
+        {
+            "action_types": {
+                "log": {"provider": "log"},
+                "email": {"provider": "postmark"},
+                "mail": {"provider": "ses"},
+                "hook": {
+                    "provider": "webhook",
+                    "options": {"endpoints": {"a": {"url": "https://hooks.example.com:8443/x"}}},
+                },
+            }
+        }
+    )
+    assert deploy.egress_targets(settings, "eu-west-1") == {
+        "email": {"api.postmarkapp.com:443"},
+        "mail": {"email.eu-west-1.amazonaws.com:443"},
+        "hook": {"hooks.example.com:8443"},
+        "event": {"checkip.amazonaws.com:443"},
+    }

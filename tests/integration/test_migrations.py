@@ -138,7 +138,8 @@ def test_the_claim_returns_what_a_dispatcher_reads(conn, workspace, now):
     [(row_id,)] = conn.execute("select id from scheduled_actions").fetchall()
     # When the claim statement takes it, its columns are exactly Claimed's
     params = {"ids": [row_id], "action_type": "webhook", "early_tolerance": 1.0,
-              "max_lateness": None, "reclaim_after": None}  # fmt: skip
+              "max_lateness": None, "reclaim_after": None,
+              "route_provider": None}  # fmt: skip
     with conn.cursor() as cur:
         cur.execute(query("claim_actions"), params)
         assert cur.description is not None

@@ -32,5 +32,5 @@ def busy(conn, workspace, settings, now):
 @pytest.mark.parametrize("name", ["cancel_future_occurrences", "cancel_undue_rows"])
 def test_cancelling_a_schedules_rows_uses_the_occurrence_index(conn, busy, now, name):
     plan = plan_of(conn, query(name), {"id": busy.id, "now": now})
-    assert "ux_scheduled_actions_recurring_occurrence" in index_scans(plan)
+    assert "ux_scheduled_actions_occurrence" in index_scans(plan)
     assert "scheduled_actions" not in seq_scans(plan)

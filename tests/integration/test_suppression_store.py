@@ -10,7 +10,7 @@ from tests.conftest import make_workspace
 from tickwork.platform.db import Connection
 from tickwork.platform.errors import InputError
 from tickwork.suppression.model import normalize_address
-from tickwork.suppression.store import find_suppression, suppress
+from tickwork.suppression.store import find_suppression, list_suppressions, suppress
 
 
 @pytest.mark.parametrize(
@@ -55,3 +55,20 @@ def test_a_scoped_entry_is_apart_from_everything(conn: Connection, workspace: UU
     assert found is not None
     assert found.scope == scope
     assert suppress(conn, workspace, "sms", "+15550100000", "stop_reply", "twilio:c1")
+
+
+def test_a_page_cursor_of_the_longest_address_fits_the_apis_limit(
+    conn: Connection, workspace: UUID
+) -> None:
+    # The longest address one may add (64 + "@" + 255): its cursor stays under the 600
+    # characters GET /v1/suppressions takes, with the longest scope, and pages on from it
+    longest = "a" * 64 + "@" + ".".join(["b" * 63] * 3 + ["c" * 59]) + ".com"
+    scope = "campaign:00000000-0000-4000-8000-000000000000"
+    assert suppress(conn, workspace, "email", longest, "manual", "test", scope=scope)
+    assert suppress(conn, workspace, "email", "ann@example.com", "manual", "test")
+    first = list_suppressions(conn, workspace, limit=1)
+    assert first.next_cursor is not None
+    assert len(first.next_cursor) <= 600
+    rest = list_suppressions(conn, workspace, limit=1, cursor=first.next_cursor)
+    assert {e.address for e in first.items + rest.items} == {
+        normalize_address("email", longest), "ann@example.com"}  # fmt: skip

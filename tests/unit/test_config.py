@@ -55,3 +55,29 @@ def test_database_session_limits_come_from_the_environment():
     assert settings.db_statement_timeout_seconds == 0
     with pytest.raises(ConfigError, match="db_idle_in_transaction_timeout_seconds"):
         Settings.from_env({"TICKWORK_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS": "-1"})
+
+
+# ------------------------------------------------------------- the tick's interval
+
+
+@pytest.mark.parametrize(
+    ("interval", "lookahead"), [("60", 120), ("120", 240), ("300", 600), ("600", 900), ("900", 900)]
+)
+def test_the_lookahead_follows_the_tick_interval(interval, lookahead):
+    settings = Settings.from_env({"TICKWORK_TICK_INTERVAL_SECONDS": interval})
+    assert settings.tick_interval_seconds == int(interval)
+    # twice the interval, at most SQS's longest delay, and never less than one interval
+    assert settings.lookahead_seconds == lookahead
+    assert settings.lookahead_seconds >= settings.tick_interval_seconds
+
+
+def test_an_explicit_lookahead_wins_over_the_derived_one():
+    env = {"TICKWORK_TICK_INTERVAL_SECONDS": "300", "TICKWORK_LOOKAHEAD_SECONDS": "400"}
+    assert Settings.from_env(env).lookahead_seconds == 400
+    assert Settings().lookahead_seconds == 120
+
+
+@pytest.mark.parametrize("interval", ["0", "901", "soon"])
+def test_a_tick_interval_sqs_cannot_follow_is_refused(interval):
+    with pytest.raises(ConfigError, match="tick_interval_seconds"):
+        Settings.from_env({"TICKWORK_TICK_INTERVAL_SECONDS": interval})

@@ -22,7 +22,10 @@ TYPES = {"log": {"provider": "log"}, "sms": {"provider": "log"}}
 def test_queue_urls_follow_the_naming_convention():
     settings = Settings.model_validate({"action_types": TYPES, "queue_url_prefix": PREFIX})
     assert settings.queue_url("sms") == PREFIX + "sms"
-    assert settings.all_queue_urls() == {"log": PREFIX + "log", "sms": PREFIX + "sms"}
+    # The engine's own `event` type (outcome events) is always configured, with its queue.
+    assert settings.all_queue_urls() == {
+        "event": PREFIX + "event", "log": PREFIX + "log", "sms": PREFIX + "sms",
+    }  # fmt: skip
     # Not a configured type: no queue, whatever the convention would say.
     assert settings.queue_url("email") is None
 
@@ -31,7 +34,9 @@ def test_an_explicit_queue_url_wins_over_the_convention():
     settings = Settings.model_validate(
         {"action_types": TYPES, "queue_url_prefix": PREFIX, "queue_urls": {"sms": "http://q/x"}}
     )
-    assert settings.all_queue_urls() == {"log": PREFIX + "log", "sms": "http://q/x"}
+    assert settings.all_queue_urls() == {
+        "event": PREFIX + "event", "log": PREFIX + "log", "sms": "http://q/x",
+    }  # fmt: skip
 
 
 def test_without_a_prefix_only_explicit_urls_exist():
@@ -67,16 +72,16 @@ def ssm(monkeypatch):
 def test_action_types_come_from_ssm(ssm):
     ssm.put_parameter(Name="/tickwork/prod/action-types", Type="String", Value=json.dumps(TYPES))
     settings = Settings.from_env({"TICKWORK_ACTION_TYPES_PARAMETER": "/tickwork/prod/action-types"})
-    assert set(settings.action_types) == {"log", "sms"}
+    assert set(settings.action_types) - {"event"} == {"log", "sms"}
 
 
 def test_ssm_values_are_cached(ssm):
     name = "/tickwork/prod/action-types"
     ssm.put_parameter(Name=name, Type="String", Value=json.dumps({"log": {"provider": "log"}}))
     env = {"TICKWORK_ACTION_TYPES_PARAMETER": name}
-    assert set(Settings.from_env(env).action_types) == {"log"}
+    assert set(Settings.from_env(env).action_types) - {"event"} == {"log"}
     ssm.put_parameter(Name=name, Type="String", Value=json.dumps(TYPES), Overwrite=True)
-    assert set(Settings.from_env(env).action_types) == {"log"}  # within max_age
+    assert set(Settings.from_env(env).action_types) - {"event"} == {"log"}  # within max_age
 
 
 def test_the_environment_variable_wins_for_local_use(ssm):
@@ -84,7 +89,7 @@ def test_the_environment_variable_wins_for_local_use(ssm):
         "TICKWORK_ACTION_TYPES_PARAMETER": "/does/not/exist",
         "TICKWORK_ACTION_TYPES": json.dumps({"log": {"provider": "log"}}),
     }
-    assert set(Settings.from_env(env).action_types) == {"log"}
+    assert set(Settings.from_env(env).action_types) - {"event"} == {"log"}
 
 
 def test_a_missing_or_broken_parameter_is_a_config_error(ssm):

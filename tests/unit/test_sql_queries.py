@@ -23,3 +23,13 @@ def test_the_shipped_queries_load():
     assert {"claim_actions", "finalize_actions", "mark_due_enqueued"} <= sql.names()
     with pytest.raises(KeyError):
         sql.query("no_such_query")
+
+
+def test_the_addressed_claim_claims_the_rows_the_claim_does():
+    # claim_addressed_actions is claim_actions with suppression in its SET: the rows it
+    # takes (WHERE) and what it answers (RETURNING) must stay the same.
+    def tail(name: str) -> str:
+        text = sql.query(name)
+        return text[text.index("\nwhere id = any") :]
+
+    assert tail("claim_addressed_actions") == tail("claim_actions")

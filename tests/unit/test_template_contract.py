@@ -26,14 +26,37 @@ APPLICATION_FUNCTIONS = {
     "ApiFunction",
     "TickFunction",
     "ReconcilerFunction",
+    "DripsFunction",
+    "RollupFunction",
     "ExpanderFunction",
     "ResolverFunction",
+    "RetentionFunction",
 }
-SCHEDULED = {"TickFunction", "ReconcilerFunction", "ExpanderFunction", "ResolverFunction"}
+SCHEDULED = {
+    "TickFunction",
+    "ReconcilerFunction",
+    "DripsFunction",
+    "RollupFunction",
+    "ExpanderFunction",
+    "ResolverFunction",
+    "RetentionFunction",
+}
+# Each cron alone, so a failure in one is not a failure of the others: its own function,
+# schedule, log group, "not running" alarm (on the elapsed metric it emits) and errors alarm.
+CRON_FUNCTIONS = {
+    "TickFunction": ("functions/tick/", "TickElapsed"),
+    "ReconcilerFunction": ("functions/reconciler/", "ReconcileElapsed"),
+    "DripsFunction": ("functions/drips/", "DripsElapsed"),
+    "RollupFunction": ("functions/rollup/", "RollupElapsed"),
+    "ExpanderFunction": ("functions/expander/", "ExpanderElapsed"),
+    "ResolverFunction": ("functions/resolver/", "ResolveElapsed"),
+    "RetentionFunction": ("functions/retention/", "RetentionElapsed"),
+}
 SENDERS = [
     "TickFunction",
     "ApiFunction",
     "ReconcilerFunction",
+    "DripsFunction",
     "ExpanderFunction",
     "ResolverFunction",
 ]
@@ -174,6 +197,12 @@ def test_every_application_function_waits_for_the_schema(stack, types):
             assert "SchemaMigration" in depends_on(function), name
 
 
+def test_the_migration_starts_after_every_queue_so_a_typo_fails_at_once(stack, types):
+    queues = {f"{t}Queue" for t in types}
+    assert queues <= set(of_type(stack, "AWS::SQS::Queue"))
+    assert queues <= depends_on(stack["SchemaMigration"])
+
+
 def test_the_migration_answers_within_its_service_timeout(stack):
     migration = stack["SchemaMigration"]["Properties"]
     function = stack["MigrateFunction"]["Properties"]
@@ -221,6 +250,13 @@ def test_every_listed_action_type_has_its_queue_dlq_dispatcher_and_alarms(stack,
         age_alarm = stack[f"{t}QueueAgeAlarm"]["Properties"]
         assert age_alarm["MetricName"] == "ApproximateAgeOfOldestMessage"
         assert refs(age_alarm["Dimensions"]) == {f"{t}Queue"}
+        unreachable = stack[f"{t}UnreachableAlarm"]["Properties"]
+        read = {m["MetricStat"]["Metric"]["MetricName"] for m in unreachable["Metrics"][:-1]}
+        assert read == {"Requeued", "Reverted", "Published"}
+        assert all(
+            m["MetricStat"]["Metric"]["Dimensions"][1] == {"Name": "action_type", "Value": t}
+            for m in unreachable["Metrics"][:-1]
+        )
         for alarm in ("DispatcherErrorsAlarm", "DispatcherThrottlesAlarm"):
             assert refs(stack[f"{t}{alarm}"]["Properties"]["Dimensions"]) == {f"{t}Dispatcher"}
         lag = stack[f"{t}DispatchLagAlarm"]["Properties"]
@@ -315,6 +351,18 @@ def test_every_variable_the_code_reads_is_set(stack):
         for url in ("TICKWORK_CONSOLE_AUTHORIZE_URL", "TICKWORK_CONSOLE_TOKEN_URL"):
             if url in plain:
                 plain[url] = "https://auth.example.com/oauth2"
+        # So is the public URL of the API (the base of unsubscribe links).
+        if "TICKWORK_PUBLIC_API_URL" in plain:
+            plain["TICKWORK_PUBLIC_API_URL"] = "https://api.example.com"
+        # And the tick's interval, a Number parameter of allowed values.
+        plain["TICKWORK_TICK_INTERVAL_SECONDS"] = "60"
+        # And the retention, a Number parameter within the setting's own bounds.
+        retention = stack_parameter_bounds("RetentionDays")
+        assert (retention["MinValue"], retention["MaxValue"]) == (
+            Settings.model_fields["retention_days"].metadata[0].ge,
+            Settings.model_fields["retention_days"].metadata[1].le,
+        )
+        plain["TICKWORK_RETENTION_DAYS"] = str(retention["Default"])
         Settings.from_env(plain)
 
 
@@ -365,22 +413,33 @@ def test_every_alarm_reaches_a_topic_cloudwatch_can_publish_to(stack):
 
 
 def test_the_listed_alarms_exist(stack):
-    metrics = {
-        (a["Properties"]["Namespace"], a["Properties"]["MetricName"])
-        for a in of_type(stack, "AWS::CloudWatch::Alarm").values()
-    }
+    metrics = set()
+    for alarm in of_type(stack, "AWS::CloudWatch::Alarm").values():
+        props = alarm["Properties"]
+        if "Metrics" in props:  # metric math: every metric it reads
+            metrics |= {
+                (m["MetricStat"]["Metric"]["Namespace"], m["MetricStat"]["Metric"]["MetricName"])
+                for m in props["Metrics"]
+                if "MetricStat" in m
+            }
+        else:
+            metrics.add((props["Namespace"], props["MetricName"]))
     assert {
         ("Tickwork", "SendFailures"),
         ("Tickwork", "TickElapsed"),
         ("Tickwork", "ReconcileElapsed"),
         ("Tickwork", "ExpanderElapsed"),
         ("Tickwork", "ResolveElapsed"),
+        ("Tickwork", "RetentionElapsed"),
         ("Tickwork", "RecoveredStuck"),
         ("Tickwork", "DispatchLag"),
         ("AWS/RDS", "CPUUtilization"),
         ("AWS/RDS", "FreeStorageSpace"),
         ("AWS/RDS", "FreeableMemory"),
         ("AWS/RDS", "DatabaseConnectionsCurrentlySessionPinned"),
+        ("AWS/RDS", "CPUCreditBalance"),
+        ("AWS/RDS", "DatabaseConnections"),
+        ("AWS/RDS", "MaxDatabaseConnectionsAllowed"),
         ("AWS/ApiGateway", "5xx"),
         ("AWS/Lambda", "Throttles"),
     } <= metrics
@@ -416,6 +475,44 @@ def test_the_dashboard_covers_the_api_and_every_type(stack):
     assert "action_type" in body
     assert "Published" in body
     assert "Failed" in body
+
+
+def dashboard_widgets(stack: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's widgets, its `!Sub` placeholders filled with their own names."""
+    body = stack["Dashboard"]["Properties"]["DashboardBody"]
+    text = body["Fn::Sub"] if isinstance(body, dict) else body
+    widgets: list[dict[str, Any]] = json.loads(re.sub(r"\$\{([^}]+)\}", r"\1", text))["widgets"]
+    return widgets
+
+
+def test_the_dashboard_has_a_widget_per_scheduled_lambda_run(stack):
+    widgets = dashboard_widgets(stack)
+    lines = {
+        w["properties"]["title"]: {
+            tuple(m[:4]) for m in w["properties"]["metrics"] if isinstance(m[0], str)
+        }
+        for w in widgets
+    }
+    # The drip advance and the stats rollup: what each run did, its Lambda's errors, its time
+    [drips] = [t for t in lines if t.startswith("Drip advance")]
+    assert {("Tickwork", "SequencesAdvanced", "service", "tickwork"),
+            ("Tickwork", "SequencesErrors", "service", "tickwork"),
+            ("Tickwork", "DripsElapsed", "service", "tickwork"),
+            ("AWS/Lambda", "Errors", "FunctionName", "DripsFunction")} <= lines[drips]  # fmt: skip
+    [rollup] = [t for t in lines if t.startswith("Stats rollup")]
+    assert {("Tickwork", "RollupGroups", "service", "tickwork"),
+            ("Tickwork", "RollupElapsed", "service", "tickwork"),
+            ("AWS/Lambda", "Errors", "FunctionName", "RollupFunction")
+            } <= lines[rollup]  # fmt: skip
+    # No two widgets share a cell of the grid
+    cells = [
+        (x, y)
+        for w in widgets
+        for x in range(w["x"], w["x"] + w["width"])
+        for y in range(w["y"], w["y"] + w["height"])
+    ]
+    assert len(cells) == len(set(cells))
+    assert all(w["x"] + w["width"] <= 24 for w in widgets)
 
 
 # ------------------------------------------------------------------ database, network
@@ -456,7 +553,8 @@ def test_networking_without_nat_reaches_what_it_needs(stack):
         name: r["Properties"] for name, r in of_type(stack, "AWS::EC2::VPCEndpoint").items()
     }
     services = {p["ServiceName"]["Fn::Sub"].rsplit(".", 1)[-1]: p for p in endpoints.values()}
-    assert set(services) == {"secretsmanager", "sqs", "ssm", "s3"}
+    # (logs: the migration sets the retention of the groups RDS and the rotations make)
+    assert set(services) == {"secretsmanager", "sqs", "ssm", "s3", "logs"}
     assert services["s3"]["VpcEndpointType"] == "Gateway"
     ingress = stack["EndpointSecurityGroup"]["Properties"]["SecurityGroupIngress"]
     sources = {next(iter(refs(rule["SourceSecurityGroupId"]))) for rule in ingress}
@@ -498,7 +596,7 @@ def test_the_layer_lock_pins_every_runtime_dependency():
         assert name in pinned, name
 
 
-def test_only_the_document_and_the_console_need_no_token(stack):
+def test_only_the_document_the_console_unsubscribe_and_callbacks_need_no_token(stack):
     [api] = of_type(stack, "AWS::ApiGatewayV2::Api").values()
     security = {
         f"{method.upper()} {path}": operation["security"]
@@ -510,4 +608,386 @@ def test_only_the_document_and_the_console_need_no_token(stack):
         "GET /v1/openapi.json": [{"NONE": []}],
         "GET /console": [{"NONE": []}],
         "GET /console/{proxy+}": [{"NONE": []}],
+        # one-click unsubscribe: the signed token in the path is the authority
+        "GET /v1/unsubscribe/{token}": [{"NONE": []}],
+        "POST /v1/unsubscribe/{token}": [{"NONE": []}],
+        # Providers' status callbacks: verified the provider's way (docs/feedback.md).
+        "POST /v1/callbacks/{connection_id}": [{"NONE": []}],
     }
+
+
+# ---------------------------------------------------------------------- the crons
+
+
+def test_each_cron_is_its_own_function_with_schedule_log_group_and_alarms(source, stack):
+    alarms = of_type(stack, "AWS::CloudWatch::Alarm").values()
+    rules = of_type(stack, "AWS::Events::Rule").values()
+    groups = of_type(stack, "AWS::Logs::LogGroup")
+    code_uris = set()
+    for name, (code_uri, elapsed) in CRON_FUNCTIONS.items():
+        function = source["Resources"][name]
+        code_uris.add(function["Properties"]["CodeUri"])
+        assert function["Properties"]["CodeUri"] == code_uri, name
+        # its schedule invokes it alone
+        targets = [t for r in rules for t in r["Properties"]["Targets"] if refs(t["Arn"]) == {name}]
+        assert len(targets) == 1, name
+        (group,) = refs(stack[name]["Properties"]["LoggingConfig"]["LogGroup"])
+        assert groups[group]["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+        # an alarm when it stops completing, one when its Lambda fails
+        assert any(
+            a["Properties"]["MetricName"] == elapsed
+            and a["Properties"]["Statistic"] == "SampleCount"
+            and a["Properties"]["TreatMissingData"] == "breaching"
+            for a in alarms
+        ), name
+        assert any(
+            a["Properties"]["Namespace"] == "AWS/Lambda"
+            and a["Properties"]["MetricName"] == "Errors"
+            and name in refs(a["Properties"]["Dimensions"])
+            for a in alarms
+        ), name
+    assert len(code_uris) == len(CRON_FUNCTIONS)
+
+
+def test_the_tick_interval_drives_its_schedule_its_alarm_and_every_functions_look_ahead(
+    source, stack
+):
+    parameter = source["Parameters"]["TickIntervalSeconds"]
+    assert parameter["Default"] == "60"
+    schedules = source["Mappings"]["TickSchedules"]
+    assert {int(k) for k in schedules} == {int(v) for v in parameter["AllowedValues"]}
+    assert schedules["60"]["Expression"] == "rate(1 minute)"
+    for seconds, entry in schedules.items():
+        minutes = int(seconds) // 60
+        unit = "minute" if minutes == 1 else "minutes"
+        assert entry["Expression"] == f"rate({minutes} {unit})"
+        # several intervals without a completed tick before "not running" fires
+        assert entry["AlarmPeriod"] >= 2 * int(seconds)
+        assert entry["AlarmPeriod"] % 60 == 0
+        # the look-ahead that follows it stays within SQS's longest delay
+        assert Settings(tick_interval_seconds=int(seconds)).lookahead_seconds <= 900
+    tick = source["Resources"]["TickFunction"]["Properties"]
+    (event,) = tick["Events"].values()
+    lookup = {"Fn::FindInMap": ["TickSchedules", {"Ref": "TickIntervalSeconds"}, "Expression"]}
+    assert event["Properties"]["Schedule"] == lookup
+    alarm = source["Resources"]["TickNotRunningAlarm"]["Properties"]
+    assert alarm["Period"]["Fn::FindInMap"][2] == "AlarmPeriod"
+    # The API enqueues rows due inside the look-ahead at creation: every function must agree
+    env = source["Globals"]["Function"]["Environment"]["Variables"]
+    assert env[ENV_PREFIX + "TICK_INTERVAL_SECONDS"] == {"Ref": "TickIntervalSeconds"}
+    assert Settings.from_env({ENV_PREFIX + "TICK_INTERVAL_SECONDS": "300"}).lookahead_seconds == 600
+
+
+# ------------------------------------------------- a stack that tells someone, least privilege
+
+
+def _rule_value(node: Any, parameters: dict[str, str]) -> Any:
+    """Evaluates a Rules assertion (Ref, Fn::Equals, Fn::Not, Fn::Or, Fn::And, Fn::Join) over
+    parameter values, as CloudFormation does before it creates anything."""
+    if isinstance(node, dict):
+        ((key, value),) = node.items()
+        if key == "Ref":
+            return parameters[value]
+        args = [_rule_value(v, parameters) for v in value] if isinstance(value, list) else value
+        if key == "Fn::Equals":
+            return args[0] == args[1]
+        if key == "Fn::Not":
+            return not args[0]
+        if key == "Fn::Or":
+            return any(args)
+        if key == "Fn::And":
+            return all(args)
+        if key == "Fn::Join":
+            return args[1]  # one comma-delimited parameter, already a string here
+        raise AssertionError(f"no evaluator for {key}")
+    return node
+
+
+def deploy_refusals(template: dict[str, Any], given: dict[str, str]) -> list[str]:
+    """The AssertDescriptions CloudFormation would answer a deploy with these parameters."""
+    parameters = {n: str(p.get("Default", "")) for n, p in template["Parameters"].items()}
+    parameters |= {"PrivateRouteTableIds": "rtb-a,rtb-b"} | given
+    for name, value in given.items():
+        pattern = template["Parameters"][name].get("AllowedPattern")
+        if pattern and not re.fullmatch(pattern, value):
+            return [f"{name} does not match {pattern}"]
+    refusals = []
+    for rule in template.get("Rules", {}).values():
+        if "RuleCondition" in rule and not _rule_value(rule["RuleCondition"], parameters):
+            continue
+        refusals += [
+            a["AssertDescription"]
+            for a in rule["Assertions"]
+            if not _rule_value(a["Assert"], parameters)
+        ]
+    return refusals
+
+
+def alarm_destination_problems(template: dict[str, Any]) -> list[str]:
+    """What lets a stack deploy with alarms that reach no one, or refuse a stated choice."""
+    problems = []
+    if not deploy_refusals(template, {}):
+        problems.append("a deploy with no alarm destination is accepted")
+    for accepted in (
+        {"AlarmEmail": "ops@example.com"},
+        {"AlarmEmail": "none"},
+        {"AlarmHttpsEndpoint": "https://events.pagerduty.com/integration/abc/enqueue"},
+    ):
+        if deploy_refusals(template, accepted):
+            problems.append(f"{accepted} is refused")
+    resources = template["Resources"]
+    subscriptions = {
+        r["Properties"]["Protocol"]: r
+        for r in resources.values()
+        if isinstance(r, dict)
+        and r["Type"] == "AWS::SNS::Subscription"
+        and refs(r["Properties"]["TopicArn"]) == {"AlarmTopic"}
+    }
+    if set(subscriptions) != {"email", "https"}:
+        problems.append(f"alarm topic subscriptions are {sorted(subscriptions)}")
+    email_condition = template["Conditions"].get(subscriptions.get("email", {}).get("Condition"))
+    if email_condition is None or _rule_value(email_condition, {"AlarmEmail": "none"}):
+        problems.append("AlarmEmail=none subscribes an address called none")
+    return problems
+
+
+def test_alarms_need_a_destination_unless_the_operator_says_none(source):
+    assert alarm_destination_problems(source) == []
+    assert deploy_refusals(source, {"AlarmEmail": "not-an-address"})
+
+
+def test_the_alarm_destination_check_catches_a_template_without_one(source):
+    without_rule = json.loads(json.dumps(source))
+    del without_rule["Rules"]["AlarmsReachSomeone"]
+    assert "a deploy with no alarm destination is accepted" in alarm_destination_problems(
+        without_rule
+    )
+    without_https = json.loads(json.dumps(source))
+    del without_https["Resources"]["AlarmHttpsSubscription"]
+    assert alarm_destination_problems(without_https)
+
+
+SECRET_PATTERN = re.compile(
+    r"arn:\$\{AWS::Partition\}:secretsmanager:\$\{AWS::Region\}:\$\{AWS::AccountId\}"
+    r":secret:\$\{AWS::StackName\}/(connections|webhooks)/\*"
+)
+# What each function may read beyond named secrets: this stack's connections' credentials,
+# its operator webhook signing secrets, or nothing. `log` sends nowhere; `event` sends through
+# the subscription's connection; only `webhook` signs with the operator's endpoints' secrets.
+SECRET_SCOPES = {
+    "ApiFunction": {"connections"},
+    "ResolverFunction": {"connections", "webhooks"},
+    "MigrateFunction": {"webhooks"},
+    "logDispatcher": set(),
+    "webhookDispatcher": {"connections", "webhooks"},
+}
+SECRET_WRITES = {"secretsmanager:CreateSecret", "secretsmanager:PutSecretValue"}
+SECRET_WRITES |= {"secretsmanager:DeleteSecret", "secretsmanager:UpdateSecret"}
+
+
+def _secret_statements(stack: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    documents = [p["PolicyDocument"] for p in stack[role]["Properties"].get("Policies", [])]
+    documents += [
+        p["Properties"]["PolicyDocument"]
+        for p in of_type(stack, "AWS::IAM::Policy").values()
+        if role in refs(p["Properties"]["Roles"])
+    ]
+    statements = [s for d in documents for s in d["Statement"]]
+    return [
+        s
+        for s in statements
+        if any(
+            a.startswith("secretsmanager:") or a == "*"
+            for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+        )
+    ]
+
+
+def secret_grant_problems(stack: dict[str, Any], types: list[str]) -> list[str]:
+    """Grants on Secrets Manager wider than each function's type needs."""
+    named = set(of_type(stack, "AWS::SecretsManager::Secret"))
+    problems = []
+    for name, function in of_type(stack, "AWS::Lambda::Function").items():
+        default = {"connections"} if name.endswith("Dispatcher") else set()
+        expected = SECRET_SCOPES.get(name, default)
+        (role,) = refs(function["Properties"]["Role"])
+        scopes: set[str] = set()
+        for statement in _secret_statements(stack, role):
+            actions = statement["Action"]
+            actions = {actions} if isinstance(actions, str) else set(actions)
+            resources = statement["Resource"]
+            for resource in resources if isinstance(resources, list) else [resources]:
+                if refs(resource) & named and not isinstance(resource.get("Fn::Sub"), str):
+                    continue  # one secret of this stack, by reference
+                text = resource.get("Fn::Sub") if isinstance(resource, dict) else resource
+                found = SECRET_PATTERN.fullmatch(text) if isinstance(text, str) else None
+                if found is None:
+                    problems.append(f"{name} may use secrets {json.dumps(resource)}")
+                    continue
+                scopes.add(found.group(1))
+                if actions & SECRET_WRITES and name != "ApiFunction":
+                    problems.append(f"{name} may write secrets")
+        if scopes != expected:
+            problems.append(f"{name} reads {sorted(scopes)}, needs {sorted(expected)}")
+    return problems
+
+
+def test_each_function_reads_only_the_secrets_its_type_needs_in_this_stack(stack, types):
+    assert {f"{t}Dispatcher" for t in types} >= {"logDispatcher", "webhookDispatcher"}
+    assert secret_grant_problems(stack, types) == []
+
+
+def _with_statement(stack: dict[str, Any], role: str, resource: Any) -> dict[str, Any]:
+    mutated = json.loads(json.dumps(stack))
+    mutated[role]["Properties"].setdefault("Policies", []).append(
+        {
+            "PolicyName": "extra",
+            "PolicyDocument": {
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Action": "secretsmanager:GetSecretValue",
+                        "Resource": resource,
+                    }
+                ]
+            },
+        }
+    )
+    return mutated
+
+
+def test_the_secret_check_catches_wide_or_foreign_grants(stack, types):
+    everything = _with_statement(stack, "emailDispatcherRole", "*")
+    assert 'emailDispatcher may use secrets "*"' in secret_grant_problems(everything, types)
+    arn = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
+    unscoped = {"Fn::Sub": arn + "tickwork/webhooks/*"}
+    assert secret_grant_problems(_with_statement(stack, "ResolverFunctionRole", unscoped), types)
+    another_types = {"Fn::Sub": arn + "${AWS::StackName}/webhooks/*"}
+    assert secret_grant_problems(
+        _with_statement(stack, "logDispatcherRole", another_types), types
+    ) == ["logDispatcher reads ['webhooks'], needs []"]
+
+
+def log_problems(stack: dict[str, Any]) -> list[str]:
+    """Logs that never expire, and an API without access logs."""
+    problems = []
+    groups = of_type(stack, "AWS::Logs::LogGroup")
+    for name, group in groups.items():
+        if refs(group["Properties"].get("RetentionInDays")) != {"LogRetentionDays"}:
+            problems.append(f"{name} has no retention")
+    (stage,) = of_type(stack, "AWS::ApiGatewayV2::Stage").values()
+    access = stage["Properties"].get("AccessLogSettings")
+    if access is None:
+        problems.append("the API stage writes no access log")
+    else:
+        if not refs(access["DestinationArn"]) <= set(groups) or not refs(access["DestinationArn"]):
+            problems.append("the API's access log goes to a group the stack does not keep")
+        fields = json.loads(access["Format"])
+        if not {"requestId", "route", "status", "sub"} <= set(fields):
+            problems.append(f"the access log lacks fields: {sorted(fields)}")
+        if re.search(r"header|body|querystring|authorization", access["Format"], re.I):
+            problems.append("the access log may record tokens or bodies")
+    # Groups AWS services make for the stack: the migration gives them the retention.
+    migration = stack["SchemaMigration"]["Properties"]
+    kept = {
+        g["Fn::Sub"].replace("${Database}", "<db>").replace("${Stage}", "<stage>")
+        for g in migration.get("LogGroups", [])
+    }
+    if refs(migration.get("LogRetentionDays")) != {"LogRetentionDays"}:
+        problems.append("the migration is not given LogRetentionDays")
+    exported = stack["Database"]["Properties"].get("EnableCloudwatchLogsExports", [])
+    made = {f"/aws/rds/instance/<db>/{kind}" for kind in exported}
+    for schedule in of_type(stack, "AWS::SecretsManager::RotationSchedule").values():
+        lambda_name = schedule["Properties"]["HostedRotationLambda"]["RotationLambdaName"]
+        made.add("/aws/lambda/" + lambda_name["Fn::Sub"].replace("${Stage}", "<stage>"))
+    problems += [f"{g} never expires" for g in sorted(made - kept)]
+    return problems
+
+
+def test_every_log_expires_and_the_api_logs_each_request(stack):
+    assert log_problems(stack) == []
+    migrate_role = stack[next(iter(refs(stack["MigrateFunction"]["Properties"]["Role"])))]
+    policies = migrate_role["Properties"]["Policies"]
+    statements = [s for p in policies for s in p["PolicyDocument"]["Statement"]]
+    assert any("logs:PutRetentionPolicy" in s["Action"] for s in statements)
+
+
+def test_the_log_check_catches_a_missing_access_log_or_retention(stack):
+    def mutated(change: Any) -> list[str]:
+        copy = json.loads(json.dumps(stack))
+        change(copy)
+        return log_problems(copy)
+
+    (stage,) = of_type(stack, "AWS::ApiGatewayV2::Stage")
+    assert mutated(lambda s: s[stage]["Properties"].pop("AccessLogSettings")) == [
+        "the API stage writes no access log"
+    ]
+    assert mutated(lambda s: s["TickLogGroup"]["Properties"].pop("RetentionInDays")) == [
+        "TickLogGroup has no retention"
+    ]
+    assert mutated(lambda s: s["SchemaMigration"]["Properties"]["LogGroups"].pop()) == [
+        "/aws/lambda/tickwork-<stage>-rotate-api never expires"
+    ]
+
+
+def test_the_deploy_guide_states_the_reserved_concurrency_and_every_guided_question(stack):
+    reserved = {
+        name: f["Properties"]["ReservedConcurrentExecutions"]
+        for name, f in of_type(stack, "AWS::Lambda::Function").items()
+        if "ReservedConcurrentExecutions" in f["Properties"]
+    }
+    assert refs(reserved.pop("ApiFunction")) == {"ApiConcurrency"}
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    assert f"the stack reserves `ApiConcurrency` + {sum(reserved.values())} (" in guide
+    # sam deploy --guided asks this for the routes outside the JWT authorizer.
+    assert "ApiFunction has no authentication. Is this okay? [y/N]: y" in guide
+    assert (
+        "ApiFunction has no authentication. Is this okay? [y/N]" in (ROOT / "README.md").read_text()
+    )
+
+
+def test_the_retention_archives_to_the_stacks_private_bucket_only(stack):
+    bucket = stack["ArchiveBucket"]
+    assert bucket["DeletionPolicy"] == "Retain"
+    props = bucket["Properties"]
+    assert all(props["PublicAccessBlockConfiguration"].values())
+    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    function = stack["RetentionFunction"]["Properties"]
+    variables = function["Environment"]["Variables"]
+    assert refs(variables["TICKWORK_ARCHIVE_BUCKET"]) == {"ArchiveBucket"}
+    settings = Settings.from_env({"TICKWORK_ARCHIVE_BUCKET": "b"})
+    # what it may do in S3: objects under the archive prefix of that bucket, nothing else
+    role = stack["RetentionFunctionRole"]["Properties"]
+    s3 = [
+        statement
+        for policy in role.get("Policies", [])
+        for statement in policy["PolicyDocument"]["Statement"]
+        if any(str(a).startswith("s3:") for a in _listed(statement["Action"]))
+    ]
+    assert len(s3) == 1
+    assert set(_listed(s3[0]["Action"])) == {"s3:PutObject", "s3:GetObject", "s3:DeleteObject"}
+    assert s3[0]["Resource"] == {"Fn::Sub": "${ArchiveBucket.Arn}/" + settings.archive_prefix + "*"}
+    # no other function may touch the archive
+    for name, resource in of_type(stack, "AWS::IAM::Role").items():
+        if name != "RetentionFunctionRole":
+            assert "ArchiveBucket" not in json.dumps(resource), name
+    # the stack's retention reaches every function (the API shows it, the function uses it)
+    assert stack_globals_retention(stack)
+
+
+def stack_parameter_bounds(name: str) -> dict[str, Any]:
+    parameter: dict[str, Any] = source_template()["Parameters"][name]
+    return parameter
+
+
+def _listed(value: object) -> list[object]:
+    return value if isinstance(value, list) else [value]
+
+
+def stack_globals_retention(stack) -> bool:
+    return all(
+        refs(f["Properties"]["Environment"]["Variables"].get("TICKWORK_RETENTION_DAYS", {}))
+        == {"RetentionDays"}
+        for name, f in of_type(stack, "AWS::Lambda::Function").items()
+        if name in APPLICATION_FUNCTIONS
+    )

@@ -11,7 +11,7 @@ import pytest
 
 from tickwork import rollup
 from tickwork.platform.db import connect
-from tools import bench, bench_scale, bench_tenants
+from tools import bench, bench_removal, bench_scale, bench_suppression, bench_tenants
 
 
 def test_the_floor_publishes_every_row_once(database_url):
@@ -136,3 +136,29 @@ def test_the_tenants_bench_runs_each_phase_and_times_every_quiet_webhook(databas
     assert template.events
     assert all((e.status, e.number) == (200, 1) for e in template.events)
     assert [(e.status, e.number) for e in burst.events] == [(200, 3), (200, 3)]
+
+
+def test_the_suppression_bench_claims_and_holds_what_it_should(database_url):
+    results = bench_suppression.run(database_url, rows=50, entries=200, turns=2, named=True)
+    cases = list(results.values())
+    assert [c["claim_actions"][1] for c in cases] == [50, 50, 50]
+    # the checking claim takes them all until one in ten is on the list
+    assert [c["claim_addressed_actions"][1] for c in cases] == [50, 50, 45]
+
+
+def test_the_removal_scenario_removes_every_old_row_beside_the_workload(
+    pg_admin_url, monkeypatch, capsys
+):
+    # Given a small scenario: 2,000 old rows, a 2,000-row burst, 1,000 future rows
+    monkeypatch.setattr(bench_removal, "BURST", 2000)
+    monkeypatch.setattr(bench_removal, "FUTURE", 1000)
+    monkeypatch.setattr(bench_removal, "CYCLES", 1)
+    monkeypatch.setattr(bench_removal, "DATABASE", "tickwork_bench_removal_test")
+    # When it runs
+    assert bench_removal.run(pg_admin_url, 2000, pause=0.0) == 0
+    # Then the removal took every old row and its attempt, and the figures are printed
+    out = capsys.readouterr().out
+    assert "removal: 2,000 rows and 2,000 attempts" in out
+    assert "cycle 1: +2,000, -2,000" in out
+    assert "burst drain (rows/s)" in out
+    assert "lock waits (+ removal):" in out

@@ -7,13 +7,25 @@ retries). It answers how many rows matched, how many changed, how many had moved
 meanwhile (skipped) or may not be retried (refused, by reason), and the cursor to go on
 from, or None when nothing is left. A repeated call changes nothing twice: a row it changed
 no longer matches, and the cursor moves past the rows it saw.
+
+A cancel that names a parent (a `tag`, a `recipient_id`, an entity, a `campaign_id`) takes
+every pending row of it instead, without walking the workspace: batches of at most
+PARENT_BATCH rows along the parent's partial index of pending rows (SKIP LOCKED, so a row a
+tick or dispatcher holds this instant is theirs), as many as fit in the call's row budget
+(`limit`, up to MAX_PARENT_LIMIT) and time budget (BUDGET_SECONDS). Cancelled rows leave the
+pending set, so no cursor is needed: `next` only says that more is left, and the next call
+takes what is. A campaign's (or a recipient's) running enrollments are exited first, by the
+caller's `exits` step (sequences live above this package), so none makes its next step.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, LiteralString
 from uuid import UUID
 
 from psycopg.rows import dict_row
@@ -27,9 +39,23 @@ from tickwork.platform.sql import query
 
 _CANCEL = query("bulk_cancel_actions")
 _RETRY = query("bulk_retry_actions")
+_BY_PARENT: dict[str, tuple[LiteralString, LiteralString]] = {
+    "tag": (query("bulk_cancel_by_tag"), query("pending_of_tag")),
+    "recipient_id": (query("bulk_cancel_by_recipient"), query("pending_of_recipient")),
+    "entity": (query("bulk_cancel_by_entity"), query("pending_of_entity")),
+}
+_BY_INDEX_ONLY = query("by_index_only")
+_RESTORE_SCANS = query("restore_scans")
 
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 1000
+# A cancel by parent: rows (or enrollments) a call may take, and a statement's batch. The
+# time budget keeps a call well inside the API's 29 s and its row locks short.
+MAX_PARENT_LIMIT = 10_000
+DEFAULT_PARENT_LIMIT = 5_000
+PARENT_BATCH = 1000
+BUDGET_SECONDS = 2.0
+PARENTS = ("tag", "recipient_id", "entity", "campaign_id")
 # The walk's bounds when the filter names none: before every row and after every row.
 _START = (datetime(1, 1, 1, tzinfo=UTC), UUID(int=0))
 _END = datetime(9999, 12, 31, tzinfo=UTC)
@@ -42,7 +68,8 @@ FROM_STATUS: dict[Operation, str] = {"cancel": "queued", "retry": "failed"}
 @dataclass(frozen=True, slots=True)
 class Filter:
     """Which rows a bulk call takes. `due_from` (inclusive) and `due_to` (exclusive) bound
-    `publish_at`. Actions have no tags: `thing_id` and `target_key` name what they act on."""
+    `publish_at`. A cancel may name one parent: a tag, a recipient, an entity (type and id,
+    the rows rules made for it) or a campaign (its running enrollments)."""
 
     action_type: str | None = None
     error_code: str | None = None
@@ -50,10 +77,23 @@ class Filter:
     due_to: datetime | None = None
     thing_id: str | None = None
     target_key: str | None = None
+    tag: str | None = None
+    recipient_id: str | None = None
+    entity_type: str | None = None
+    entity_id: str | None = None
+    campaign_id: UUID | None = None
 
     def criteria(self) -> list[str]:
         """The fields given."""
         return [name for name in Filter.__dataclass_fields__ if getattr(self, name) is not None]
+
+    def parents(self) -> list[str]:
+        """The parents named (an entity counts once, by either of its fields)."""
+        given = {
+            "tag": self.tag, "recipient_id": self.recipient_id, "campaign_id": self.campaign_id,
+            "entity": self.entity_type or self.entity_id,
+        }  # fmt: skip
+        return [name for name in PARENTS if given[name] is not None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +104,21 @@ class Result:
     refused: dict[str, int] = field(default_factory=dict)
     next: str | None = None
     changed_ids: list[UUID] = field(default_factory=list)
+    exited: int = 0  # enrollments a cancel by campaign or recipient exited
+
+
+@dataclass(frozen=True, slots=True)
+class Exits:
+    """What a batch of exits did (the caller's `exits` step): enrollments taken and exited,
+    and their pending steps cancelled."""
+
+    taken: int
+    exited: int
+    cancelled: int
+
+
+# Exit up to n running enrollments of the filter's campaign or recipient.
+ExitStep = Callable[[int], Exits]
 
 
 def check(
@@ -90,8 +145,10 @@ def check(
         )
     if where.due_from and where.due_to and where.due_to <= where.due_from:
         raise InputError("due_to must be after due_from", field="due_to")
-    if not 1 <= limit <= MAX_LIMIT:
-        raise InputError(f"limit must be between 1 and {MAX_LIMIT}", field="limit")
+    _check_parent(operation, where)
+    most = MAX_PARENT_LIMIT if where.parents() else MAX_LIMIT
+    if not 1 <= limit <= most:
+        raise InputError(f"limit must be between 1 and {most}", field="limit")
     start = (where.due_from, UUID(int=0)) if where.due_from else _START
     if after is None:
         return start
@@ -102,18 +159,137 @@ def check(
     return max(cursor, start)
 
 
+def _check_parent(operation: Operation, where: Filter) -> None:
+    parents = where.parents()
+    if parents and operation != "cancel":
+        raise InputError(
+            f"a bulk {operation} takes no parent ({', '.join(parents)}): only a cancel does",
+            field=parents[0],
+        )
+    if len(parents) > 1:
+        raise InputError(
+            f"name one parent a call, not {' and '.join(parents)}: cancel each in its own"
+            " calls",
+            field=parents[1], details={"parents": list(PARENTS)},
+        )  # fmt: skip
+    if (where.entity_type is None) != (where.entity_id is None):
+        raise InputError(
+            "an entity is entity_type and entity_id together: give both",
+            field="entity_id" if where.entity_id is None else "entity_type",
+        )
+    if where.campaign_id is not None and where.criteria() != ["campaign_id"]:
+        others = [name for name in where.criteria() if name != "campaign_id"]
+        raise InputError(
+            "a cancel by campaign exits all its running enrollments and takes no other"
+            f" criterion ({', '.join(others)})",
+            field=others[0],
+        )
+    if parents and where.error_code is not None:
+        raise InputError(
+            "error_code does not apply to a cancel by parent: pending rows are the target",
+            field="error_code",
+        )
+
+
 def cancel_matching(
     conn: Connection,
     workspace_id: UUID,
     where: Filter,
     *,
     status: str | None = None,
-    limit: int = DEFAULT_LIMIT,
+    limit: int | None = None,
     after: str | None = None,
+    exits: ExitStep | None = None,
+    budget_seconds: float = BUDGET_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Result:
-    """queued → cancelled for the next `limit` rows matching `where` after the cursor."""
+    """queued → cancelled for the next `limit` rows matching `where` after the cursor; or,
+    when `where` names a parent, for its pending rows within the call's budgets (`exits`
+    first exits the campaign's or recipient's running enrollments: required for those)."""
+    parents = where.parents()
+    if limit is None:
+        limit = DEFAULT_PARENT_LIMIT if parents else DEFAULT_LIMIT
     start = check("cancel", where, status, limit, after)
-    return _run(conn, _CANCEL, _params(workspace_id, where, limit, start))
+    if not parents:
+        return _run(conn, _CANCEL, _params(workspace_id, where, limit, start))
+    needs_exits = where.campaign_id is not None or where.recipient_id is not None
+    if needs_exits and exits is None:
+        raise ValueError("a cancel by campaign or recipient needs the exits step")
+    with _by_index_only(conn, bitmap_only=parents[0] == "tag"):
+        return _cancel_parent(
+            conn, workspace_id, where, limit, exits if needs_exits else None,
+            clock() + budget_seconds, clock,
+        )  # fmt: skip
+
+
+@contextmanager
+def _by_index_only(conn: Connection, *, bitmap_only: bool) -> Iterator[None]:
+    # On an error the savepoint's rollback puts the settings back itself.
+    with conn.transaction():
+        row = conn.execute(_BY_INDEX_ONLY, {"indexscan": "off" if bitmap_only else "on"})
+        was = row.fetchone()
+        assert was is not None
+        yield
+        conn.execute(_RESTORE_SCANS, {"seqscan": was[0], "indexscan": was[1]})
+
+
+def _cancel_parent(
+    conn: Connection, workspace_id: UUID, where: Filter, limit: int, exits: ExitStep | None,
+    deadline: float, clock: Callable[[], float],
+) -> Result:  # fmt: skip
+    """Batches until the row budget, the time budget or the parent's pending rows run out."""
+    spent = matched = exited = steps = 0
+    ids: list[UUID] = []
+    exiting = exits is not None
+    parent = where.parents()[0]
+    params = _parent_params(workspace_id, where)
+    while spent < limit and clock() < deadline:
+        take = min(PARENT_BATCH, limit - spent)
+        if exits is not None and exiting:
+            step = exits(take)
+            spent += step.taken
+            exited += step.exited
+            matched += step.cancelled
+            steps += step.cancelled
+            exiting = step.taken == take
+            continue
+        if parent == "campaign_id":
+            break  # a campaign's pending steps went with its enrollments
+        sql, _ = _BY_PARENT[parent]
+        with integrity_errors(), conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(sql, params | {"limit": take}).fetchone()
+        assert row is not None
+        spent += row["matched"]
+        matched += row["matched"]
+        ids.extend(row["ids"])
+        if row["matched"] < take:
+            break
+    more = exiting or (parent != "campaign_id" and _pending(conn, parent, params))
+    changed = len(ids) + steps
+    return Result(
+        matched=matched,
+        changed=changed,
+        skipped=matched - changed,
+        next=paging.encode_cursor(*_START) if more else None,
+        changed_ids=ids,
+        exited=exited,
+    )
+
+
+def _pending(conn: Connection, parent: str, params: dict[str, Any]) -> bool:
+    _, sql = _BY_PARENT[parent]
+    row = conn.execute(sql, params).fetchone()
+    return bool(row and row[0])
+
+
+def _parent_params(workspace_id: UUID, where: Filter) -> dict[str, Any]:
+    return {
+        "workspace_id": workspace_id, "tag": where.tag, "recipient_id": where.recipient_id,
+        "entity_type": where.entity_type, "entity_id": where.entity_id,
+        "action_type": where.action_type, "target_key": where.target_key,
+        "thing_id": where.thing_id, "due_from": where.due_from or _START[0],
+        "due_to": where.due_to or _END,
+    }  # fmt: skip
 
 
 def retry_matching(

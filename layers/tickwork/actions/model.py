@@ -15,6 +15,7 @@ place. This module holds the values only: providers and the engine depend on it,
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, make_dataclass
 from datetime import datetime
@@ -34,6 +35,35 @@ TERMINAL: frozenset[str] = frozenset({"published", "failed", "cancelled"})
 # Mirrors the CHECK constraint on scheduled_actions.payload (bytes of its JSON text).
 PAYLOAD_MAX_BYTES = 65536
 MAX_KEY_LENGTH = 200
+
+# Tags: a few labels of the tenant's own per action ("podcast:42"), mirrored by the CHECK
+# constraint tickwork_tags_valid (migration 0027).
+MAX_TAGS = 10
+MAX_TAG_LENGTH = 64
+TAG_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@=-]{0,63}")
+
+
+def check_tags(tags: Sequence[str] | None, *, field: str = "tags") -> tuple[str, ...]:
+    """The tags as stored (duplicates dropped, first order kept), or InputError naming the
+    bad one: at most MAX_TAGS, each 1-64 letters, digits or `_ . : / @ = -`, starting with
+    a letter or digit."""
+    if not tags:
+        return ()
+    unique = tuple(dict.fromkeys(tags))
+    if len(unique) > MAX_TAGS:
+        raise InputError(
+            f"{field}: at most {MAX_TAGS} tags an action, {len(unique)} given",
+            field=field, details={"max_tags": MAX_TAGS},
+        )  # fmt: skip
+    for index, tag in enumerate(unique):
+        if not isinstance(tag, str) or not TAG_PATTERN.fullmatch(tag):
+            raise InputError(
+                f"{field}[{index}]: a tag is 1-{MAX_TAG_LENGTH} letters, digits or"
+                " `_ . : / @ = -`, starting with a letter or digit, e.g. 'podcast:42'",
+                field=f"{field}[{index}]",
+                details={"max_length": MAX_TAG_LENGTH},
+            )
+    return unique
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +128,24 @@ class Action(Claimed):
     updated_at: datetime
     original_publish_at: datetime | None = None
     timezone: str | None = None  # the zone of the wall time it was scheduled at, if any
+    tags: tuple[str, ...] = ()  # the tenant's labels (a bulk cancel can take them by one)
+    # A type with fallback providers: where its attempt `routed_attempt` was sent (provider,
+    # connection; None: the provider's options), recorded before the call (migration 0034).
+    routed_provider: str | None = None
+    routed_connection_id: UUID | None = None
+    routed_attempt: int | None = None
 
 
 def action_from_row(row: Mapping[str, Any]) -> Action:
-    return Action(**{name: row[name] for name in Action.__dataclass_fields__})
+    values = {name: row[name] for name in Action.__dataclass_fields__ if name not in _READ_IF_ANY}
+    routed: dict[str, Any] = {name: row.get(name) for name in _ROUTED}
+    return Action(**values, **routed, tags=tuple(row.get("tags") or ()))
+
+
+# The route columns (migration 0034) are the engine's: a query answering an action may leave
+# them out.
+_ROUTED = ("routed_provider", "routed_connection_id", "routed_attempt")
+_READ_IF_ANY = frozenset({"tags", *_ROUTED})
 
 
 @dataclass(frozen=True)
@@ -122,6 +166,7 @@ class NewAction:
     transactional: bool = False
     original_publish_at: datetime | None = None
     timezone: str | None = None
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -200,6 +245,10 @@ class Attempt:
     outcome: AttemptOutcome
     code: str | None = None  # the provider's refusal code, if it gave one
     excerpt: str | None = None  # sanitized: no secrets, no receiver's body
+    # Types with fallback providers: which one was called, and why not the first (None:
+    # it was the first, or the one an earlier attempt of the row may have reached).
+    provider: str | None = None
+    failover_reason: str | None = None
 
 
 class Finalization(NamedTuple):

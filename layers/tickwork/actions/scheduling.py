@@ -16,11 +16,12 @@ from tickwork.actions.model import (
     NewAction,
     Scheduled,
     Transition,
+    check_tags,
     fields_of,
     payload_size,
 )
 from tickwork.actions.store import by_dedupe_key, cancel, insert
-from tickwork.platform.config import Settings
+from tickwork.platform.config import INTERNAL_ACTION_TYPES, Settings
 from tickwork.platform.db import Connection
 from tickwork.platform.errors import (
     IdempotencyKeyReusedError,
@@ -31,8 +32,10 @@ from tickwork.platform.errors import (
     UnknownTargetError,
 )
 from tickwork.platform.wallclock import require_aware
+from tickwork.providers import unsubscribe
 from tickwork.providers.catalog import check_payload, check_payload_for
 from tickwork.recipients.policy import at_creation
+from tickwork.suppression import links
 
 
 def _check_key(value: str | None, name: str, *, required: bool) -> None:
@@ -49,8 +52,8 @@ def _check_key(value: str | None, name: str, *, required: bool) -> None:
 def validate(new: NewAction, settings: Settings, now: datetime) -> NewAction:
     """Check a new action against the rules a person can act on; returns it with UTC time."""
     action_type = settings.action_type(new.action_type)
-    if action_type is None:
-        known = ", ".join(sorted(settings.action_types))
+    if action_type is None or new.action_type in INTERNAL_ACTION_TYPES:
+        known = ", ".join(sorted(set(settings.action_types) - INTERNAL_ACTION_TYPES))
         raise UnknownActionTypeError(
             f"unknown action_type {new.action_type!r}; known types: {known}", field="action_type"
         )
@@ -88,9 +91,10 @@ def validate(new: NewAction, settings: Settings, now: datetime) -> NewAction:
             field="publish_at",
         )
     check_payload(action_type.provider, new.payload, has_connection=new.connection_id is not None)
-    if new.publish_at is publish_at:
+    tags = check_tags(new.tags)
+    if new.publish_at is publish_at and tags == new.tags:
         return new
-    return NewAction(**{**fields_of(new), "publish_at": publish_at})
+    return NewAction(**{**fields_of(new), "publish_at": publish_at, "tags": tags})
 
 
 def schedule(
@@ -102,6 +106,15 @@ def schedule(
         provider = settings.action_types[checked.action_type].provider
         found = connections.require_usable(conn, workspace_id, checked.connection_id, provider)
         check_payload_for(provider, checked.payload, found.settings)
+        wants_link = unsubscribe.wanted(provider, checked.payload, found.settings) is not None
+        if wants_link and not links.configured(settings):
+            # Refused now rather than failed at its time: the operator's setting is missing.
+            raise links.UnsubscribeUnavailableError(
+                "this message would carry an unsubscribe link, which this stack cannot make:"
+                " the operator sets public_api_url (TICKWORK_PUBLIC_API_URL) and the"
+                " unsubscribe key",
+                field="payload.unsubscribe",
+            )
     if checked.recipient_id is not None:
         checked = at_creation(conn, workspace_id, checked)
     return insert(conn, workspace_id, checked)
@@ -139,6 +152,7 @@ def same_request(existing: Action, new: NewAction) -> bool:
         and (existing.original_publish_at or existing.publish_at) == require_aware(new.publish_at)
         and existing.recipient_id == new.recipient_id
         and existing.connection_id == new.connection_id
+        and existing.tags == check_tags(new.tags)
     )
 
 
@@ -178,6 +192,7 @@ def reschedule(
             recipient_id=old.recipient_id,
             transactional=old.transactional,
             timezone=old.timezone if timezone is None else timezone,
+            tags=old.tags,
         )
         scheduled = schedule(conn, workspace_id, replacement, settings, now)
     return cancelled, scheduled.action

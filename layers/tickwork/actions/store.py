@@ -40,6 +40,7 @@ _GET_BY_DEDUPE_KEY = query("get_action_by_dedupe_key")
 _CANCEL = query("cancel_action")
 _RETRY = query("retry_action")
 _CLAIM = query("claim_actions")
+_CLAIM_ADDRESSED = query("claim_addressed_actions")
 _FINALIZE = query("finalize_actions")
 
 
@@ -82,7 +83,9 @@ def integrity_errors() -> Iterator[None]:
 
 
 def insert(conn: Connection, workspace_id: UUID, new: NewAction) -> Scheduled:
-    params = fields_of(new) | {"workspace_id": workspace_id, "payload": Jsonb(new.payload)}
+    params = fields_of(new) | {
+        "workspace_id": workspace_id, "payload": Jsonb(new.payload), "tags": list(new.tags)
+    }  # fmt: skip
     with integrity_errors(), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_INSERT, params).fetchone()
         if row is not None:
@@ -155,11 +158,17 @@ def claim(
     early_tolerance: float = 0.0,
     max_lateness: float | None = None,
     reclaim_after: float | None = None,
+    channel: str | None = None,
+    route_provider: str | None = None,
 ) -> list[Claimed]:
     """queued → submitted for every id that is queued, due (allowing `early_tolerance` seconds
     of clock skew) and not later than `max_lateness`; one statement for the batch. With
     `reclaim_after`, also a row left `submitted` longer than that by a claimer that died
-    (only for providers that deduplicate: the call may be made a second time)."""
+    (only for providers that deduplicate: the call may be made a second time). With a
+    `channel` (the provider sends email or SMS), a queued row addressed to a suppressed
+    address is cancelled (`suppressed`) in the same statement and not returned. With a
+    `route_provider` (the first provider of a type with fallbacks), each claimed attempt's
+    route is recorded as that provider through the row's own connection."""
     if not ids:
         return []
     params = {
@@ -168,11 +177,18 @@ def claim(
         "early_tolerance": early_tolerance,
         "max_lateness": max_lateness,
         "reclaim_after": reclaim_after,
+        "route_provider": route_provider,
     }
+    if channel is not None:
+        params["channel"] = channel
     # Binary results: a claimed wave's timestamps and ids load in a third less time.
     with conn.cursor(binary=True) as cur:
-        rows = cur.execute(_CLAIM, params).fetchall()
-        return rows_as(Claimed, cur, rows)
+        rows = cur.execute(_CLAIM if channel is None else _CLAIM_ADDRESSED, params).fetchall()
+        claimed = rows_as(Claimed, cur, rows)
+    if channel is None:
+        return claimed
+    # Rows the claim cancelled (suppressed) are not the dispatcher's to send.
+    return [action for action in claimed if action.status == "submitted"]
 
 
 def rows_as(kind: type[RowT], cur: psycopg.Cursor[Any], rows: list[Any]) -> list[RowT]:
@@ -265,6 +281,8 @@ def attempt_columns(outcomes: Sequence[Finalization], ledger: bool = True) -> di
         + "}",
         "attempt_codes": text_array(_bounded(a.code, 100) for _, a in calls),
         "attempt_excerpts": text_array(_bounded(a.excerpt, MAX_EXCERPT) for _, a in calls),
+        "attempt_providers": text_array(a.provider for _, a in calls),
+        "attempt_reasons": text_array(a.failover_reason for _, a in calls),
     }
 
 

@@ -101,6 +101,8 @@ def _origin(row: Mapping[str, Any]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     if row["rule_id"] is not None:
         found |= {"rule_id": row["rule_id"], "rule_kind": row["rule_kind"]}
+        if row["rule_loaded"]:
+            found["loaded"] = row["rule_loaded"]
         if row["rule_entity_id"] is not None:
             found |= {
                 "entity_type": row["rule_entity_type"],
@@ -183,6 +185,10 @@ def _created(facts: Facts, words: _Words) -> Step:
     if "rule_id" in facts.origin:
         on = "an event" if facts.origin["rule_kind"] == "event" else "a date"
         how += f" ({facts.origin['rule_id']}, on {on})"
+        loaded = facts.origin.get("loaded") or []
+        if loaded:
+            named = ", ".join(f"{e['entity_type']} {e['entity_id']}" for e in loaded)
+            how += f", with the stored {named} as of the event"
     if "enrollment_id" in facts.origin:
         how += (
             f" (step {facts.origin['step_index']} of campaign {facts.origin['campaign_id']},"
@@ -247,24 +253,46 @@ def _deferred(c: Change, words: _Words) -> Step:
     )
 
 
+# How the claim's cancel of a suppressed row begins its reason (platform/sql/actions.sql).
+SUPPRESSED = "suppressed: "
+
+
 def _change(c: Change, words: _Words) -> Step:
     """One entry of the action's own change log (quiet-hours moves are told elsewhere)."""
     details: dict[str, Any] = {"actor": c.actor, "reason": c.reason}
     if c.kind == "defer":
         return _deferred(c, words)
+    if c.kind == "throttled":
+        again = f"; due again at {words.when(c.new_at)}" if c.new_at else ""
+        text = f"Held back by a rate limit when it fell due: {c.reason}{again}."
+        details |= {"old_at": c.old_at, "new_at": c.new_at}
+        return Step("throttled", c.created_at, text, details)
     if c.kind == "reschedule":
         details |= {"old_at": c.old_at, "new_at": c.new_at, "rescheduled_to": c.new_action_id}
         to = f" to {words.when(c.new_at)}" if c.new_at else ""
         text = f"Rescheduled by {who(c.actor)}{to}: replaced by action {c.new_action_id}."
         return Step("rescheduled", c.created_at, text, details)
+    if c.kind == "cancel" and (c.reason or "").startswith(SUPPRESSED):
+        # The claim's own cancel (migration 0025): the reason names the address masked.
+        said = (c.reason or "").removeprefix(SUPPRESSED)
+        return Step("suppressed", c.created_at, f"Not sent when it fell due: {said}.", details)
     texts = {
         "cancel": ("cancelled", f"Cancelled by {who(c.actor)}{_because(c.reason)}."),
         "skip": ("skipped", f"Skipped when it fell due{_because(c.reason)}."),
         "drop": ("dropped_cap", f"Dropped when it fell due{_because(c.reason)}."),
         "exit": ("exited", f"Cancelled: its enrollment exited{_because(c.reason)}."),
+        # A digest's action (tickwork.digests): made as one, moved by its debounce, flushed.
+        "digest": ("digest", _digest_text(c, words)),
+        "flush": ("digest_flushed", f"Sent early: its digest was flushed by {who(c.actor)}."),
     }
     code, text = texts.get(c.kind, (c.kind, f"{c.kind} by {who(c.actor)}."))
     return Step(code, c.created_at, text, details)
+
+
+def _digest_text(c: Change, words: _Words) -> str:
+    if c.new_at is None:
+        return f"It is {c.reason or 'a digest'}; events join it until it is claimed."
+    return f"A new event moved its debounced digest to {words.when(c.new_at)}."
 
 
 _OUTCOMES = {
@@ -275,6 +303,15 @@ _OUTCOMES = {
     "delivered": "was delivered",
 }
 
+# What a provider said later of a message it took (its status callbacks: feedback).
+_DELIVERIES = {
+    "sent": "handed it on",
+    "delivered": "delivered it",
+    "undelivered": "could not deliver it",
+    "bounced": "got it back (a bounce)",
+    "complained": "was told the recipient marked it as spam",
+}
+
 _RESOLUTIONS = {
     "delivered": ("resolved_delivered", "The resolver found it at the provider"),
     "requeued": ("resolved_requeued", "The resolver found no such message: it is sent once more"),
@@ -282,11 +319,24 @@ _RESOLUTIONS = {
 }
 
 
+# Why an attempt went to a fallback provider (docs/failover.md).
+_FAILOVER_REASONS = {
+    "threshold": "the first provider answered this row transiently too often",
+    "circuit_open": "the first provider's circuit was open",
+}
+
+
 def _attempt(t: AttemptRow, words: _Words) -> list[Step]:
     said = [part for part in (t.provider_code, t.excerpt) if part]
     text = f"Attempt {t.attempt} {_OUTCOMES.get(t.outcome, t.outcome)}"
+    if t.provider is not None:
+        text += f" through {t.provider}"
+    if t.failover_reason is not None:
+        text += f" (failed over: {_FAILOVER_REASONS.get(t.failover_reason, t.failover_reason)})"
     text += f": {'; '.join(said)}." if said else "."
     details = {
+        "provider": t.provider,
+        "failover_reason": t.failover_reason,
         "attempt": t.attempt,
         "outcome": t.outcome,
         "provider_code": t.provider_code,
@@ -303,6 +353,24 @@ def _attempt(t: AttemptRow, words: _Words) -> list[Step]:
                 t.resolved_at,
                 f"{said_by}{_because(t.resolution_detail)}.",
                 {"attempt": t.attempt, "detail": t.resolution_detail},
+            )
+        )
+    if t.delivery_status is not None:
+        kind = f" {t.delivery_bounce}" if t.delivery_bounce else ""
+        later = _DELIVERIES.get(t.delivery_status, t.delivery_status).replace(
+            "(a bounce)", f"(a{kind} bounce)"
+        )
+        steps.append(
+            Step(
+                "delivery",
+                t.delivery_at,
+                f"The provider later said it {later}{_because(t.delivery_detail)}.",
+                {
+                    "attempt": t.attempt,
+                    "status": t.delivery_status,
+                    "bounce": t.delivery_bounce,
+                    "detail": t.delivery_detail,
+                },
             )
         )
     return steps
@@ -365,7 +433,9 @@ def _why_again(c: _Context) -> Step | None:
     a, words = c.action, c.words
     if a.next_attempt_at is None:
         return None
-    last_defer = next((x for x in reversed(c.facts.changes) if x.kind == "defer"), None)
+    last_defer = next(
+        (x for x in reversed(c.facts.changes) if x.kind in ("defer", "throttled")), None
+    )
     if last_defer is not None and last_defer.new_at == a.next_attempt_at:
         return None
     last = c.facts.attempts[-1] if c.facts.attempts else None
@@ -502,6 +572,25 @@ def _unsettled(c: _Context) -> Step:
     a, words, s = c.action, c.words, c.settings
     person = "a person decides (see the runbook); an admin may retry it"
     if c.lookup_retention is None:
+        config = s.action_type(a.action_type)
+        last = next((t for t in reversed(c.facts.attempts) if t.attempt == a.attempt_count), None)
+        if config is not None and config.failover is not None and last is not None:
+            if last.provider is None:
+                return Step(
+                    "needs_person",
+                    None,
+                    f"Its attempt was recorded without the provider it called (its type fails"
+                    f" over between providers), so the resolver cannot tell whom to ask:"
+                    f" {person}.",
+                    {"lookup": False, "provider": None},
+                )
+            return Step(
+                "needs_person",
+                None,
+                f"Its attempt went to {last.provider}, which the resolver cannot ask about it"
+                f" (no lookup, or the connection it went through is not recorded): {person}.",
+                {"lookup": False, "provider": last.provider},
+            )
         return Step(
             "needs_person",
             None,

@@ -19,12 +19,15 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from tickwork import __version__, console, runtime
 from tickwork.api import (
     actions,
+    callbacks,
     campaigns,
     changes,
     connections,
+    digests,
     enrollments,
     entities,
     errors,
+    event_endpoints,
     events,
     forecast,
     intents,
@@ -32,6 +35,8 @@ from tickwork.api import (
     recipients,
     recurring,
     rules,
+    suppressions,
+    unsubscribe,
     workspace,
 )
 from tickwork.api.request import check_event, decode_body, request_checks
@@ -132,6 +137,8 @@ def build() -> APIGatewayHttpResolver:
     app.include_router(recurring.router)
     app.include_router(rules.router)
     app.include_router(events.router)
+    app.include_router(digests.router)
+    app.include_router(event_endpoints.router)
     app.include_router(entities.router)
     app.include_router(connections.router)
     app.include_router(campaigns.router)
@@ -140,6 +147,7 @@ def build() -> APIGatewayHttpResolver:
     app.include_router(forecast.router)
     app.include_router(changes.router)
     app.include_router(operations.router)
+    app.include_router(suppressions.router)
     errors.register(app)
     return app
 
@@ -171,6 +179,10 @@ def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return console.serve(
             http.get("method", "GET"), event["rawPath"], runtime.current_settings()
         )
+    if callbacks.is_callback(event.get("rawPath", "")):
+        # Providers' status callbacks: public, in the providers' own formats, verified the
+        # providers' way (not with a JWT).
+        return callbacks.handle(event)
     if http.get("method") == "GET" and event.get("rawPath") == OPENAPI_PATH:
         # The document describes the API to anyone; it is not a workspace's resource.
         return {
@@ -181,6 +193,12 @@ def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         }
     body = event.get("body") or ""
     headers = {key.lower(): value for key, value in (event.get("headers") or {}).items()}
+    if unsubscribe.is_unsubscribe(event.get("rawPath", "")):
+        # Public, signed by its token; its one-click POST is a form, not JSON. Its body is
+        # not read, so a base64 one needs no decoding.
+        return unsubscribe.serve(
+            http.get("method", "GET"), event["rawPath"], headers, body, runtime.current().settings
+        )
     content_type = headers.get("content-type", "").strip().lower()
     if body and content_type and not content_type.startswith("application/json"):
         return errors.error_result(

@@ -3,6 +3,7 @@ cancel and retry in bulk (the actions matching a filter, a bounded batch a call)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Literal
 from uuid import UUID
@@ -13,7 +14,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from tickwork import calendar, changes
 from tickwork.actions import bulk, model, scheduling, store, why
-from tickwork.actions.model import Action, NewAction
+from tickwork.actions.model import MAX_TAG_LENGTH, Action, NewAction
 from tickwork.api.models import (
     ActionOut,
     ActionPage,
@@ -28,6 +29,7 @@ from tickwork.api.models import (
     Instant,
     Reschedule,
     ResolvedOut,
+    TimezoneFrom,
     When,
     WhyOut,
     WhyStepOut,
@@ -35,10 +37,13 @@ from tickwork.api.models import (
 )
 from tickwork.api.scope import RequestScope, scope
 from tickwork.api.sequences_models import ActionDetailOut, AttemptOut, ChangeOut, ResolveOut
-from tickwork.engine.resolver import lookup_for, resolve_one
+from tickwork.digests.store import digest_of_action
+from tickwork.engine.resolver import resolve_one, retention_of
 from tickwork.ledger.attempts import attempts_of
 from tickwork.platform.errors import ConflictError, NotFoundError
 from tickwork.platform.wallclock import describe_resolution, instant_of, zone
+from tickwork.recipients.policy import zone_for
+from tickwork.sequences import store as sequences
 
 router = Router()
 
@@ -52,25 +57,33 @@ def _out(request: RequestScope, action: Action) -> ActionOut:
     return ActionOut.of(action, request.caller.timezone)
 
 
-def _resolved(request: RequestScope, when: When) -> ResolvedOut | None:
-    """How a wall time was read, for the answer (None for an instant)."""
+@dataclass(frozen=True)
+class _Reading:
+    """How a request's time is read: the instant, and for a wall time the zone it is read
+    in (the one given; else the recipient's, when there is one; else the workspace's) and
+    where that zone came from."""
+
+    instant: datetime
+    zone: str | None = None
+    timezone_from: TimezoneFrom | None = None
+
+    def answer(self, when: When) -> dict[str, object]:
+        """What the answer adds: how a wall time was read (nothing for an instant)."""
+        if when.date is None or when.time is None or self.zone is None:
+            return {}
+        found = describe_resolution(when.date, when.time, self.zone)
+        resolved = ResolvedOut.model_validate(found, from_attributes=True)
+        return {"resolved": resolved, "timezone_from": self.timezone_from}
+
+
+def _read(request: RequestScope, when: When, recipient_id: str | None) -> _Reading:
     if when.date is None or when.time is None:
-        return None
-    found = describe_resolution(when.date, when.time, when.timezone or request.caller.timezone.key)
-    return ResolvedOut.model_validate(found, from_attributes=True)
-
-
-def _zone_of(request: RequestScope, when: When) -> str | None:
-    """The zone a wall time was given in (None for an instant): its local rendering."""
-    if when.date is None or when.time is None:
-        return None
-    return when.timezone or request.caller.timezone.key
-
-
-def _instant(request: RequestScope, when: When) -> datetime:
-    return instant_of(
-        when.publish_at, when.date, when.time, when.timezone, request.caller.timezone.key
-    )
+        return _Reading(instant_of(when.publish_at, None, None, None, "UTC"))
+    zone_name, origin = zone_for(
+        request.conn, request.caller.workspace_id, given=when.timezone,
+        recipient_id=recipient_id, workspace_zone=request.caller.timezone.key,
+    )  # fmt: skip
+    return _Reading(instant_of(None, when.date, when.time, zone_name, zone_name), zone_name, origin)
 
 
 def _action_id(raw: str) -> UUID:
@@ -82,7 +95,7 @@ def _action_id(raw: str) -> UUID:
 
 def _move(
     request: RequestScope, action_id: str, publish_at: datetime, verb: str, source: str | None,
-    resolved: ResolvedOut | None = None, timezone: str | None = None,
+    answer: dict[str, object] | None = None, timezone: str | None = None,
 ) -> ActionOut:  # fmt: skip
     """Cancel a queued action and schedule its replacement at `publish_at` (lineage kept)."""
     key = _action_id(action_id)
@@ -93,7 +106,7 @@ def _move(
     model.expect(transition, key, verb, "queued")
     assert replacement is not None
     request.replaced([replacement.id])
-    return _out(request, replacement).model_copy(update={"resolved": resolved})
+    return _out(request, replacement).model_copy(update=answer or {})
 
 
 @router.post(
@@ -111,18 +124,20 @@ def create_action(
     ] = None,
 ) -> Response[ActionOut]:
     request = scope(router)
+    reading = _read(request, body, body.recipient_id)
     new = NewAction(
         action_type=body.action_type,
         target_key=body.target_key,
         thing_id=body.thing_id,
         payload=body.payload,
-        publish_at=_instant(request, body),
+        publish_at=reading.instant,
         dedupe_key=idempotency_key,
         created_by=request.caller.user_id,
         connection_id=body.connection_id,
         recipient_id=body.recipient_id,
         transactional=body.transactional,
-        timezone=_zone_of(request, body),
+        timezone=reading.zone,
+        tags=tuple(body.tags),
     )
     result = scheduling.schedule_once(
         request.conn, request.caller.workspace_id, new, request.runtime.settings, request.now
@@ -132,7 +147,7 @@ def create_action(
     return Response(
         status_code=201 if result.created else 200,
         content_type=content_types.APPLICATION_JSON,
-        body=_out(request, result.action).model_copy(update={"resolved": _resolved(request, body)}),
+        body=_out(request, result.action).model_copy(update=reading.answer(body)),
     )
 
 
@@ -156,6 +171,9 @@ def list_actions(
     thing_id: Annotated[str | None, Query(max_length=200)] = None,
     error_code: Annotated[str | None, Query(max_length=100)] = None,
     target_key: Annotated[str | None, Query(max_length=200)] = None,
+    tag: Annotated[
+        str | None, Query(max_length=MAX_TAG_LENGTH, description="only actions with this tag")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=calendar.MAX_PAGE)] = 100,
     cursor: Annotated[str | None, Query(max_length=300)] = None,
 ) -> ActionPage:
@@ -164,7 +182,7 @@ def list_actions(
     page = calendar.list_actions(
         request.conn, request.caller.workspace_id, start, end, status=status,
         action_type=action_type, thing_id=thing_id, error_code=error_code,
-        target_key=target_key, limit=limit, cursor=cursor,
+        target_key=target_key, tag=tag, limit=limit, cursor=cursor,
     )  # fmt: skip
     return ActionPage(
         items=[_out(request, a) for a in page.items],
@@ -225,10 +243,14 @@ def get_action(action_id: str, workspace: WorkspaceHeader) -> ActionDetailOut:
         raise NotFoundError(f"no action {action_id} in this workspace")
     log = changes.changes_of(request.conn, request.caller.workspace_id, found.id)
     calls = attempts_of(request.conn, request.caller.workspace_id, found.id)
+    attempts = [AttemptOut.of(a) for a in calls]
+    digest = digest_of_action(request.conn, request.caller.workspace_id, found.id)
     return ActionDetailOut(
         **_out(request, found).model_dump(),
         changes=[ChangeOut.of(c) for c in log],
-        attempts=[AttemptOut.of(a) for a in calls],
+        attempts=attempts,
+        delivery=next((a.delivery for a in reversed(attempts) if a.delivery), None),
+        digest_id=digest.digest.id if digest else None,
     )
 
 
@@ -244,8 +266,7 @@ def why_action(action_id: str, workspace: WorkspaceHeader) -> WhyOut:
         raise NotFoundError(f"no action {action_id} in this workspace")
     retention = None
     if why.needs_resolver(facts.action):
-        lookup = lookup_for(request.runtime, facts.action.action_type)
-        retention = lookup.lookup_retention if lookup is not None else None
+        retention = retention_of(request.conn, request.runtime, facts.action)
     steps = why.explain(
         facts, request.runtime.settings, request.now, request.caller.timezone,
         lookup_retention=retention,
@@ -275,9 +296,15 @@ def cancel_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
 )
 def reschedule_action(action_id: str, body: Reschedule, workspace: WorkspaceHeader) -> ActionOut:
     request = scope(router)
+    recipient_id = None
+    if body.date is not None and body.timezone is None:
+        # A wall time with no zone is read in the action's recipient's zone, if it has one.
+        found = store.get(request.conn, request.caller.workspace_id, _action_id(action_id))
+        recipient_id = found.recipient_id if found is not None else None
+    reading = _read(request, body, recipient_id)
     return _move(
-        request, action_id, _instant(request, body), "rescheduled", source=None,
-        resolved=_resolved(request, body), timezone=_zone_of(request, body),
+        request, action_id, reading.instant, "rescheduled", source=None,
+        answer=reading.answer(body), timezone=reading.zone,
     )  # fmt: skip
 
 
@@ -316,9 +343,18 @@ def retry_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
 )
 def bulk_cancel(body: BulkCancelIn, workspace: WorkspaceHeader) -> BulkOut:
     request = scope(router)
+    where = body.where()
+    workspace_id, actor = request.caller.workspace_id, request.caller.user_id
+
+    def exits(limit: int) -> bulk.Exits:
+        return sequences.exit_active(
+            request.conn, workspace_id, campaign_id=where.campaign_id,
+            recipient_id=where.recipient_id, limit=limit, reason="bulk cancel", actor=actor,
+        )  # fmt: skip
+
     result = bulk.cancel_matching(
-        request.conn, request.caller.workspace_id, body.where(), status=body.status,
-        limit=body.limit, after=body.after,
+        request.conn, workspace_id, where, status=body.status, limit=body.limit,
+        after=body.after, exits=exits,
     )  # fmt: skip
     return BulkOut.of(result)
 

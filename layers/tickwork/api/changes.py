@@ -25,7 +25,7 @@ MAX_PAGE = 500
 
 @router.get(
     "/v1/changes",
-    summary="Every cancel, reschedule, defer, quiet-hours move, skip, drop and exit",
+    summary="Every cancel, reschedule, defer, quiet-hours move, skip, drop, exit, digest and flush",
     responses=responses(200, ChangePage, "a page of changes, oldest first"),
 )
 def list_changes(

@@ -38,6 +38,28 @@ class ConnectionPatch(Strict):
     status: Literal["active", "disabled"] | None = None
 
 
+class CallbacksOut(BaseModel):
+    """The provider's status callbacks to this connection (delivery feedback)."""
+
+    supported: bool = Field(description="false: the provider sends nothing back")
+    url: str | None = Field(
+        description="where the provider posts them (without credentials); null if unsupported"
+    )
+    setup: str = Field(description="how to set them up at the provider, or why there are none")
+    counts: dict[str, int] = Field(
+        description="callbacks received by outcome: applied, stale (late or reordered),"
+        " duplicate, unmatched (no action of this connection has that message id), ignored"
+        " (events not tracked), unverified (forged or unverifiable: refused)"
+    )
+    last_at: datetime | None = Field(description="when the last one came")
+
+
+class CallbackSecretOut(BaseModel):
+    secret: str = Field(description="shown once: Tickwork keeps it write-only, like credentials")
+    username: str
+    url: str = Field(description="the callback URL with the credentials in it, for the provider")
+
+
 class ConnectionOut(BaseModel):
     id: UUID
     name: str
@@ -49,15 +71,18 @@ class ConnectionOut(BaseModel):
     verify_message: str | None
     created_at: datetime
     updated_at: datetime
+    callbacks: CallbacksOut | None = Field(
+        default=None, description="the provider's status callbacks (delivery feedback)"
+    )
 
     @classmethod
-    def of(cls, row: Connection) -> ConnectionOut:
+    def of(cls, row: Connection, callbacks: CallbacksOut | None = None) -> ConnectionOut:
         return cls(
             id=row.id, name=row.name, provider=row.provider,
             settings=masked_settings(row.provider, row.settings),
             status=row.status, verified_at=row.verified_at, verify_ok=row.verify_ok,
             verify_message=row.verify_message, created_at=row.created_at,
-            updated_at=row.updated_at,
+            updated_at=row.updated_at, callbacks=callbacks,
         )  # fmt: skip
 
 

@@ -4,7 +4,10 @@ URL settings are shown masked to everyone, and a masked URL sent back keeps the 
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
 from aws_lambda_powertools.event_handler import Response, content_types
@@ -12,7 +15,10 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from tickwork import connections
+from tickwork.api.callbacks import callback_secret_ref, callback_url, connection_callbacks
 from tickwork.api.connection_models import (
+    CallbackSecretOut,
+    CallbacksOut,
     ConnectionList,
     ConnectionOut,
     ConnectionPatch,
@@ -21,7 +27,11 @@ from tickwork.api.connection_models import (
 )
 from tickwork.api.models import responses
 from tickwork.api.scope import RequestScope, scope
+from tickwork.connections import Connection
 from tickwork.connections.secrets import SecretStoreError
+from tickwork.feedback.common import CALLBACK_USER
+from tickwork.feedback.store import Counts, counts_of
+from tickwork.platform.errors import ConflictError
 from tickwork.platform.observability import logger
 from tickwork.providers import outbound_policy
 from tickwork.providers.base import ProviderError, Verified, Via
@@ -29,10 +39,25 @@ from tickwork.providers.catalog import check_connection, unmasked_settings, url_
 from tickwork.providers.http import UnsafeDestinationError, check_url
 
 router = Router()
+SECRET_BYTES = 32
 
 WorkspaceHeader = Annotated[
     UUID, Header(alias="X-Workspace-Id", description="the workspace to act in")
 ]
+
+
+def _callbacks(request: RequestScope, row: Connection, counts: Counts | None) -> CallbacksOut:
+    supported, setup = connection_callbacks(row.provider)
+    headers = dict(router.current_event.headers or {})
+    url = callback_url(request.runtime.settings, headers, row.id) if supported else None
+    return CallbacksOut(supported=supported, url=url, setup=setup,
+                        counts=counts.counts if counts else {},
+                        last_at=counts.last_at if counts else None)  # fmt: skip
+
+
+def _out(request: RequestScope, row: Connection) -> ConnectionOut:
+    counts = counts_of(request.conn, request.caller.workspace_id, [row.id]).get(row.id)
+    return ConnectionOut.of(row, _callbacks(request, row, counts))
 
 
 def _checked_settings(request: RequestScope, provider: str, settings: dict[str, Any]) -> None:
@@ -70,7 +95,7 @@ def create_connection(
         created_by=request.caller.user_id,
     )  # fmt: skip
     return Response(status_code=201, content_type=content_types.APPLICATION_JSON,
-                    body=ConnectionOut.of(row))  # fmt: skip
+                    body=_out(request, row))  # fmt: skip
 
 
 @router.get(
@@ -84,7 +109,10 @@ def list_connections(
 ) -> ConnectionList:
     request = scope(router)
     rows = connections.list_all(request.conn, request.caller.workspace_id, provider)
-    return ConnectionList(items=[ConnectionOut.of(row) for row in rows])
+    counts = counts_of(request.conn, request.caller.workspace_id, [row.id for row in rows])
+    return ConnectionList(
+        items=[ConnectionOut.of(row, _callbacks(request, row, counts.get(row.id))) for row in rows]
+    )
 
 
 @router.get(
@@ -95,7 +123,7 @@ def list_connections(
 def get_connection(connection_id: str, workspace: WorkspaceHeader) -> ConnectionOut:
     request = scope(router)
     key = connections.parse_id(connection_id)
-    return ConnectionOut.of(connections.get(request.conn, request.caller.workspace_id, key))
+    return _out(request, connections.get(request.conn, request.caller.workspace_id, key))
 
 
 @router.patch(
@@ -120,7 +148,7 @@ def patch_connection(
         request.conn, request.caller.workspace_id, key, store=request.runtime.secrets,
         name=body.name, settings=settings, credentials=credentials, status=body.status,
     )  # fmt: skip
-    return ConnectionOut.of(row)
+    return _out(request, row)
 
 
 @router.delete(
@@ -141,9 +169,12 @@ def delete_connection(connection_id: str, workspace: WorkspaceHeader) -> Connect
         except SecretStoreError:
             # The row is deleted and will never be read again; the operator can sweep.
             logger.warning("credentials of a deleted connection remain", extra={"id": str(key)})
+        # Most connections never had a callback secret; a deleted one is never read again.
+        with contextlib.suppress(SecretStoreError):
+            store.delete(callback_secret_ref(store, key))
 
     request.after_commit.append(erase)
-    return ConnectionOut.of(row)
+    return _out(request, row)
 
 
 @router.post(
@@ -172,4 +203,30 @@ def verify_connection(connection_id: str, workspace: WorkspaceHeader) -> VerifyO
         request.conn, request.caller.workspace_id, key, result.ok, result.message
     )
     return VerifyOut(ok=result.ok, message=result.message, account=result.account or None,
-                     connection=ConnectionOut.of(updated))  # fmt: skip
+                     connection=_out(request, updated))  # fmt: skip
+
+
+@router.post(
+    "/v1/connections/<connection_id>/callback-secret",
+    summary="Make the connection's callback secret (admins): shown once",
+    responses=responses(
+        200, CallbackSecretOut,
+        "the new secret (it replaces any before) and the callback URL carrying it: give that"
+        " URL to the provider (Postmark's webhook URL)",
+    ),
+)  # fmt: skip
+def make_callback_secret(connection_id: str, workspace: WorkspaceHeader) -> CallbackSecretOut:
+    request = scope(router)
+    request.caller.require_admin("make a connection's callback secret")
+    key = connections.parse_id(connection_id)
+    row = connections.get(request.conn, request.caller.workspace_id, key)
+    secret = secrets.token_urlsafe(SECRET_BYTES)
+    store = request.runtime.secrets
+    try:
+        store.put(callback_secret_ref(store, row.id), {"secret": secret})
+    except SecretStoreError as exc:
+        raise ConflictError(exc.message) from exc
+    url = callback_url(request.runtime.settings, dict(router.current_event.headers), row.id)
+    parts = urlsplit(url)
+    with_credentials = urlunsplit(parts._replace(netloc=f"{CALLBACK_USER}:{secret}@{parts.netloc}"))
+    return CallbackSecretOut(secret=secret, username=CALLBACK_USER, url=with_credentials)

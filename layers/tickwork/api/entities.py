@@ -1,5 +1,6 @@
 """/v1/entities/{type}/{id}/dates: an entity's reference dates; its time rules' actions
-follow them (made, moved with lineage, cancelled) in the same transaction."""
+follow them (made, moved with lineage, cancelled) in the same transaction.
+/v1/entities/{type}/{id}/context: its fields alone, which event rules load."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header
 
 from tickwork.api.models import responses
-from tickwork.api.rules_models import DatesIn, EntityOut
+from tickwork.api.rules_models import ContextIn, DatesIn, EntityOut
 from tickwork.api.scope import scope
 from tickwork.platform.errors import InputError, NotFoundError
 from tickwork.rules import entities
@@ -23,6 +24,7 @@ WorkspaceHeader = Annotated[
     UUID, Header(alias="X-Workspace-Id", description="the workspace to act in")
 ]
 PATH = "/v1/entities/<entity_type>/<entity_id>/dates"
+CONTEXT_PATH = "/v1/entities/<entity_type>/<entity_id>/context"
 
 
 def _known(entity_type: str, entity_id: str) -> None:
@@ -79,3 +81,24 @@ def delete_dates(entity_type: str, entity_id: str, workspace: WorkspaceHeader) -
     _known(entity_type, entity_id)
     done = entities.delete_entity(request.conn, request.caller.workspace_id, entity_type, entity_id)
     return EntityOut.of(done, request.caller.timezone)
+
+
+@router.put(
+    CONTEXT_PATH,
+    summary="Set an entity's context (its fields), keeping its zone and dates",
+    responses=responses(201, EntityOut, "created, in the workspace's zone, without dates")
+    | responses(200, EntityOut, "changed; actions already made keep their snapshot"),
+)
+def put_context(
+    entity_type: str, entity_id: str, body: ContextIn, workspace: WorkspaceHeader
+) -> Response[EntityOut]:
+    request = scope(router)
+    done = entities.put_context(
+        request.conn, request.caller.workspace_id, entity_type, entity_id, body.context,
+        request.caller.timezone.key, updated_by=request.caller.user_id,
+    )  # fmt: skip
+    return Response(
+        status_code=201 if done.created else 200,
+        content_type=content_types.APPLICATION_JSON,
+        body=EntityOut.of(done, request.caller.timezone),
+    )

@@ -33,7 +33,7 @@ def post_event(body: EventIn, workspace: WorkspaceHeader) -> ResultOut:
     request = scope(router)
     event = EventInput(
         type=body.type, entities=body.entities, context=body.context,
-        occurred_at=body.occurred_at,
+        occurred_at=body.occurred_at, id=body.id,
     )  # fmt: skip
     result = emit_event(
         request.conn, request.caller.workspace_id, event, request.caller.timezone,
@@ -49,4 +49,9 @@ def post_event(body: EventIn, workspace: WorkspaceHeader) -> ResultOut:
             request.caller.user_id,
         )  # fmt: skip
     request.added(fired.action_id for fired in result.created)
+    # A debounced digest's action that an event moved left its queue (its message was for
+    # the old time): back in now if it is due within the look-ahead, not at the next tick.
+    request.hand_over(
+        dict.fromkeys(s.action_id for s in result.skipped if s.reason == "digested" and s.action_id)
+    )
     return ResultOut.of(result)

@@ -50,17 +50,19 @@ def _out(request: RequestScope, view: IntentView) -> IntentOut:
         state=intent.state,
         date=intent.wall_date.isoformat() if intent.wall_date else None,
         time=intent.wall_time.isoformat() if intent.wall_time else None,
-        timezone=intent.timezone, publish_at=intent.publish_at, resolved_at=view.instant,
+        timezone=intent.timezone, timezone_from=view.timezone_from,
+        recipient_id=intent.recipient_id, transactional=intent.transactional,
+        publish_at=intent.publish_at, resolved_at=view.instant,
         resolved_at_local=local_rendering(view.instant, tz) if view.instant else None,
         payload=intent.payload, version=intent.version, updated_at=intent.updated_at,
         actions=[ActionOut.of(action, tz) for action in view.actions], reconciled=reconciled,
-        resolved=_resolved(intent.wall_date, intent.wall_time, intent.timezone or tz.key),
+        resolved=_resolved(intent.wall_date, intent.wall_time, view.zone),
     )  # fmt: skip
 
 
-def _resolved(day: date | None, clock: time | None, zone_name: str) -> ResolvedOut | None:
+def _resolved(day: date | None, clock: time | None, zone_name: str | None) -> ResolvedOut | None:
     """How the intent's wall time is read in its zone (moved, or the first of two)."""
-    if day is None or clock is None:
+    if day is None or clock is None or zone_name is None:
         return None
     found = describe_resolution(day.isoformat(), clock.isoformat(), zone_name)
     return ResolvedOut.model_validate(found, from_attributes=True)
@@ -77,7 +79,8 @@ def put_intent(thing_id: str, body: IntentIn, workspace: WorkspaceHeader) -> Res
     given = IntentInput(
         action_type=body.action_type, targets=body.targets, wall_date=body.date,
         wall_time=body.time, timezone=body.timezone, publish_at=body.publish_at,
-        payload=body.payload, state=body.state,
+        payload=body.payload, state=body.state, recipient_id=body.recipient_id,
+        transactional=body.transactional,
     )  # fmt: skip
     result = intents.declare_intent(
         request.conn, request.caller.workspace_id, thing_id, given, request.runtime.settings,

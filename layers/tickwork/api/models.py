@@ -15,11 +15,13 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictInt,
     model_validator,
 )
 
 from tickwork.actions import bulk
-from tickwork.actions.model import Action
+from tickwork.actions.model import MAX_TAG_LENGTH, MAX_TAGS, TAG_PATTERN, Action
 from tickwork.actions.why import Step
 from tickwork.platform.wallclock import local_rendering, to_utc
 
@@ -40,6 +42,14 @@ def _rfc3339_text(value: Any) -> Any:
 Instant = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text), AfterValidator(to_utc)]
 
 Status = Literal["queued", "submitted", "published", "failed", "cancelled"]
+# Where the zone of a wall time came from: given, the recipient's or the workspace's.
+TimezoneFrom = Literal["given", "recipient", "workspace"]
+
+# One tag as the API takes it (tickwork.actions.model.check_tags says the same, in words).
+Tag = Annotated[
+    str, Field(min_length=1, max_length=MAX_TAG_LENGTH, pattern=f"^{TAG_PATTERN.pattern}$")
+]
+Tags = Annotated[list[Tag], Field(max_length=MAX_TAGS)]
 
 
 class Strict(BaseModel):
@@ -48,7 +58,8 @@ class Strict(BaseModel):
 
 class When(Strict):
     """Either an instant (`publish_at`, RFC 3339 with an offset) or a wall time (`date` and
-    `time`, in `timezone` or else the workspace's zone)."""
+    `time`, in `timezone`; else the recipient's zone when there is a recipient, else the
+    workspace's)."""
 
     publish_at: Instant | None = Field(
         default=None, description="RFC 3339 with offset, e.g. 2026-05-20T09:00:00-04:00"
@@ -56,7 +67,10 @@ class When(Strict):
     date: str | None = Field(default=None, description="local date, YYYY-MM-DD", max_length=10)
     time: str | None = Field(default=None, description="local time, HH:MM[:SS]", max_length=15)
     timezone: str | None = Field(
-        default=None, description="IANA zone; default: the workspace's zone", max_length=64
+        default=None,
+        description="IANA zone; default: the recipient's zone when there is a recipient, else"
+        " the workspace's",
+        max_length=64,
     )
 
     @model_validator(mode="after")
@@ -85,6 +99,11 @@ class CreateAction(When):
     )
     transactional: bool = Field(
         default=False, description="exempt from the recipient's quiet hours and caps"
+    )
+    tags: Tags = Field(
+        default_factory=list,
+        description=f"at most {MAX_TAGS} labels of your own, e.g. 'podcast:42': list them"
+        " (GET /v1/actions?tag=) or cancel everything pending of one (bulk-cancel `tag`)",
     )
 
 
@@ -141,7 +160,13 @@ class ActionOut(BaseModel):
         description="in the answer to a request that gave date and time: how that wall time"
         " was read (moved forward when the zone skips it, the first when it repeats)",
     )
+    timezone_from: TimezoneFrom | None = Field(
+        default=None,
+        description="in the answer to a request that gave date and time: where the zone it"
+        " was read in came from (given, the recipient's or the workspace's)",
+    )
     connection_id: UUID | None = None
+    tags: list[str] = Field(default_factory=list, description="its labels, as given")
 
     @classmethod
     def of(cls, action: Action, tz: ZoneInfo) -> ActionOut:
@@ -162,7 +187,7 @@ class ActionOut(BaseModel):
             idempotency_key=action.dedupe_key, recipient_id=action.recipient_id,
             transactional=action.transactional, original_publish_at=action.original_publish_at,
             created_at=action.created_at, updated_at=action.updated_at,
-            connection_id=action.connection_id,
+            connection_id=action.connection_id, tags=list(action.tags),
         )  # fmt: skip
 
 
@@ -172,7 +197,7 @@ class WhyStepOut(BaseModel):
     code: str = Field(
         description="what kind of step (machine-readable): created, rescheduled_from,"
         " quiet_hours, deferred_cap, deferred_quiet_hours, cancelled, rescheduled, skipped,"
-        " dropped_cap, exited, attempt, resolved_delivered, resolved_requeued,"
+        " dropped_cap, exited, throttled, attempt, delivery, resolved_delivered, resolved_requeued,"
         " resolver_unsure, due_later, waiting_for_tick, in_queue, too_late, backing_off,"
         " retried, held_kill_switch, held_paused_type, claimed, stuck_soon, published,"
         " failed, awaiting_resolver, needs_person, retry_possible",
@@ -248,8 +273,7 @@ class ActionPage(BaseModel):
 
 class BulkFilterIn(Strict):
     """Which actions a bulk call takes: at least one criterion besides `status`, `limit` and
-    `after` (an empty filter is refused, so nothing is cancelled or retried by accident).
-    Actions have no tags: `thing_id` and `target_key` name what they act on."""
+    `after` (an empty filter is refused, so nothing is cancelled or retried by accident)."""
 
     action_type: str | None = Field(default=None, min_length=1, max_length=63)
     error_code: str | None = Field(default=None, min_length=1, max_length=100)
@@ -276,9 +300,43 @@ class BulkFilterIn(Strict):
 
 
 class BulkCancelIn(BulkFilterIn):
+    """A cancel may name one parent instead of walking the workspace: every pending action
+    of a `tag`, a `recipient_id` (whose running enrollments are exited too), an entity
+    (`entity_type` and `entity_id`: what rules made for it) or a `campaign_id` (its running
+    enrollments are exited, their pending steps cancelled), within the call's budgets."""
+
     status: Literal["queued"] | None = Field(
         default=None, description="only queued actions can be cancelled"
     )
+    limit: int | None = Field(  # type: ignore[assignment]
+        default=None, ge=1, le=bulk.MAX_PARENT_LIMIT,
+        description=f"rows this call takes: default {bulk.DEFAULT_LIMIT}, at most"
+        f" {bulk.MAX_LIMIT}; with a parent default {bulk.DEFAULT_PARENT_LIMIT}, at most"
+        f" {bulk.MAX_PARENT_LIMIT} (and {bulk.BUDGET_SECONDS:g} s)",
+    )  # fmt: skip
+    tag: Tag | None = Field(default=None, description="parent: the actions with this tag")
+    recipient_id: str | None = Field(
+        default=None, min_length=1, max_length=200,
+        description="parent: the recipient's actions; their running enrollments exit",
+    )  # fmt: skip
+    entity_type: str | None = Field(
+        default=None, min_length=1, max_length=63, description="parent, with entity_id"
+    )
+    entity_id: str | None = Field(
+        default=None, min_length=1, max_length=200,
+        description="parent, with entity_type: the actions rules made for the entity",
+    )  # fmt: skip
+    campaign_id: UUID | None = Field(
+        default=None, description="parent: the campaign's running enrollments exit"
+    )
+
+    def where(self) -> bulk.Filter:
+        return bulk.Filter(
+            action_type=self.action_type, error_code=self.error_code, due_from=self.due_from,
+            due_to=self.due_to, thing_id=self.thing_id, target_key=self.target_key,
+            tag=self.tag, recipient_id=self.recipient_id, entity_type=self.entity_type,
+            entity_id=self.entity_id, campaign_id=self.campaign_id,
+        )  # fmt: skip
 
 
 class BulkRetryIn(BulkFilterIn):
@@ -302,12 +360,15 @@ class BulkOut(BaseModel):
     next: str | None = Field(
         description="pass as `after` to go on; null when no matching row is left"
     )
+    exited: int = Field(
+        default=0, description="a cancel by campaign or recipient: enrollments it exited"
+    )
 
     @classmethod
     def of(cls, result: bulk.Result) -> BulkOut:
         return cls(
             matched=result.matched, changed=result.changed, skipped=result.skipped,
-            refused=result.refused, next=result.next,
+            refused=result.refused, next=result.next, exited=result.exited,
         )  # fmt: skip
 
 
@@ -347,6 +408,15 @@ class LimitsOut(BaseModel):
     actions_per_minute: int = Field(description="actions its API requests may create a minute")
 
 
+class RetentionOut(BaseModel):
+    """How long finished actions stay before they are archived and removed."""
+
+    days: int  # in force: the workspace's own, else the stack's
+    own_days: int | None  # the workspace's override (null: none)
+    default_days: int  # the stack's
+    legal_hold: bool  # true: nothing is removed
+
+
 class WorkspaceOut(BaseModel):
     id: UUID
     name: str
@@ -355,6 +425,7 @@ class WorkspaceOut(BaseModel):
     role: Literal["member", "admin"]
     settings: dict[str, Any]
     limits: LimitsOut
+    retention: RetentionOut
     now_local: str
     created_at: datetime
     updated_at: datetime
@@ -364,6 +435,10 @@ class WorkspacePatch(Strict):
     name: str | None = Field(default=None, min_length=1, max_length=200)
     timezone: str | None = Field(default=None, max_length=64)
     settings: dict[str, Any] | None = None
+    # Admins: the workspace's own retention in days (null: back to the stack's), and the
+    # legal hold that suspends removal (docs/retention.md).
+    retention_days: StrictInt | None = Field(default=None, ge=7, le=3650)
+    legal_hold: StrictBool | None = None
 
 
 class ErrorDetail(BaseModel):
@@ -405,12 +480,23 @@ def responses(status: int, model: type[BaseModel], description: str) -> dict[int
 
 class IntentIn(When):
     """What the app wants for one of its things: the targets, when (an instant, or a wall
-    time in a zone, or in the workspace's zone, followed when it changes) and the payload."""
+    time in a zone, or in the recipient's or the workspace's zone, followed when it
+    changes) and the payload."""
 
     action_type: str = Field(min_length=1, max_length=63, examples=["publish_post"])
     targets: list[str] = Field(min_length=1, max_length=100, examples=[["instagram"]])
     payload: dict[str, Any] = Field(default_factory=dict)
     state: Literal["scheduled", "unscheduled"] = "scheduled"
+    recipient_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="a registered recipient: their quiet hours and caps apply, and their zone"
+        " reads a wall time given without one",
+    )
+    transactional: bool = Field(
+        default=False, description="exempt from the recipient's quiet hours and caps"
+    )
 
 
 class ReconcileOut(BaseModel):
@@ -428,7 +514,16 @@ class IntentOut(BaseModel):
     state: Literal["scheduled", "unscheduled"]
     date: str | None
     time: str | None
-    timezone: str | None = Field(description="null: the workspace's zone")
+    timezone: str | None = Field(
+        description="null: the recipient's zone when there is a recipient, else the workspace's"
+    )
+    timezone_from: TimezoneFrom | None = Field(
+        default=None,
+        description="where the zone the wall time is read in comes from: given, the"
+        " recipient's or the workspace's (null for an instant)",
+    )
+    recipient_id: str | None = None
+    transactional: bool = False
     publish_at: datetime | None = Field(description="the instant asked for, if one was")
     resolved_at: datetime | None = Field(description="the instant the intent means now, UTC")
     resolved_at_local: str | None

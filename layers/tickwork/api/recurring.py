@@ -25,6 +25,7 @@ from tickwork.api.scope import RequestScope, scope
 from tickwork.platform import paging
 from tickwork.platform.errors import InputError, InvalidTimeError, NotFoundError
 from tickwork.platform.observability import logger
+from tickwork.recipients.policy import zone_for
 from tickwork.recurring import store as recurring
 from tickwork.recurring.recurrence import Occurrence
 from tickwork.recurring.store import NewSchedule, Schedule, ScheduleChanges, ScheduleCursor
@@ -89,11 +90,19 @@ def _out(request: RequestScope, schedule: Schedule, preview: int = PREVIEW_DEFAU
 )
 def create_schedule(body: CreateSchedule, workspace: WorkspaceHeader) -> Response[ScheduleOut]:
     request = scope(router)
+    timezone, timezone_from = zone_for(
+        request.conn, request.caller.workspace_id, given=body.timezone,
+        recipient_id=body.recipient_id, workspace_zone=request.caller.timezone.key,
+    )  # fmt: skip
     new = NewSchedule(
         action_type=body.action_type,
         target_key=body.target_key,
         rrule=body.rrule,
-        timezone=body.timezone or request.caller.timezone.key,
+        timezone=timezone,
+        timezone_from=timezone_from,
+        recipient_id=body.recipient_id,
+        transactional=body.transactional,
+        render_payload=body.render_payload,
         dtstart=_wall_time(body.dtstart),
         payload=body.payload,
         thing_id=body.thing_id,
@@ -102,6 +111,7 @@ def create_schedule(body: CreateSchedule, workspace: WorkspaceHeader) -> Respons
         max_failures_before_pause=body.max_failures_before_pause,
         created_by=request.caller.user_id,
         connection_id=body.connection_id,
+        tags=tuple(body.tags),
     )
     quotas.check_new_schedule(request.conn, request.caller.workspace_id, request.limits)
     result = recurring.create_schedule(

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
 
-from tickwork.api.models import Instant, Strict
+from tickwork.api.models import Instant, Strict, Tags
 from tickwork.platform.errors import InputError, InvalidRecurrenceError
 from tickwork.platform.wallclock import local_rendering
 from tickwork.recurring.recurrence import MAX_RULE_LENGTH, Occurrence
@@ -76,7 +76,8 @@ class CreateSchedule(Strict):
     timezone: str | None = Field(
         default=None,
         max_length=64,
-        description="IANA zone; default: the workspace's zone, stored with the schedule",
+        description="IANA zone; default: the recipient's zone when there is a recipient, else"
+        " the workspace's; stored with the schedule",
     )
     until: Instant | None = Field(
         default=None, description="RFC 3339 with offset; nothing fires after it"
@@ -85,6 +86,26 @@ class CreateSchedule(Strict):
     max_failures_before_pause: int | None = _max_failures()
     connection_id: UUID | None = Field(
         default=None, description="the workspace connection its occurrences send through"
+    )
+    recipient_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="a registered recipient: their quiet hours and caps apply to every"
+        " occurrence, and their zone is the default `timezone`",
+    )
+    transactional: bool = Field(
+        default=False, description="exempt from the recipient's quiet hours and caps"
+    )
+    render_payload: bool = Field(
+        default=False,
+        description="render the payload's strings as templates at each occurrence, with"
+        " `occurrence` (index, local_date, local_time, scheduled_at, timezone)",
+    )
+    tags: Tags = Field(
+        default_factory=list,
+        description="labels its occurrences carry (as an action's `tags`): a bulk cancel by"
+        " tag takes them",
     )
 
 
@@ -95,10 +116,10 @@ def _leave_out(**constraints: Any) -> Any:
 
 
 class SchedulePatch(Strict):
-    """Only the fields sent change. `until` and `thing_id` may be null (cleared); the others
-    may be left out but not sent as null. A change of rule, time, zone, until,
-    target, thing or payload cancels the future queued occurrences and materializes the new
-    definition; history stays."""
+    """Only the fields sent change. `until`, `thing_id` and `recipient_id` may be null
+    (cleared); the others may be left out but not sent as null. A change of rule, time,
+    zone, until, target, thing, payload, recipient, transactional or render_payload cancels
+    the future queued occurrences and materializes the new definition; history stays."""
 
     OUT_OF_HORIZON: ClassVar[dict[str, type[InputError]]] = {"until": InvalidRecurrenceError}
 
@@ -111,6 +132,16 @@ class SchedulePatch(Strict):
     thing_id: str | None = Field(default=None, min_length=1, max_length=200)
     catch_up_window_seconds: int = _catch_up()
     max_failures_before_pause: int = _max_failures()
+    recipient_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="null: no recipient; the schedule's zone stays (send `timezone` too)",
+    )
+    transactional: bool = _leave_out(description="exempt from the recipient's quiet hours and caps")
+    render_payload: bool = _leave_out(
+        description="render the payload's strings per occurrence (see create)"
+    )
 
     def changes(self) -> dict[str, Any]:
         """The fields sent, by name."""
@@ -160,6 +191,15 @@ class ScheduleOut(BaseModel):
         " paused; none once ended); null when no preview was asked for"
     )
     connection_id: UUID | None = None
+    recipient_id: str | None = None
+    transactional: bool = False
+    timezone_from: Literal["given", "recipient", "workspace"] | None = Field(
+        default=None,
+        description="where `timezone` came from: given, the recipient's or the workspace's"
+        " (null: a schedule made before this was kept)",
+    )
+    render_payload: bool = False
+    tags: list[str] = Field(default_factory=list, description="what its occurrences carry")
 
     @classmethod
     def of(cls, schedule: Schedule, preview: list[Occurrence] | None) -> ScheduleOut:
@@ -177,6 +217,9 @@ class ScheduleOut(BaseModel):
             last_materialized_through=schedule.last_materialized_through,
             revision=schedule.revision, created_at=schedule.created_at,
             updated_at=schedule.updated_at, connection_id=schedule.connection_id,
+            recipient_id=schedule.recipient_id, transactional=schedule.transactional,
+            timezone_from=schedule.timezone_from, render_payload=schedule.render_payload,
+            tags=list(schedule.tags),
             next_occurrences=(
                 None if preview is None else [OccurrenceOut.of(o, tz) for o in preview]
             ),

@@ -11,7 +11,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from tickwork.api.models import responses
-from tickwork.api.rules_models import RuleIn, RuleOut, RulePage, RulePatch
+from tickwork.api.rules_models import RuleIn, RuleOut, RulePage, RulePatch, load_json
 from tickwork.api.scope import scope
 from tickwork.platform import paging
 from tickwork.platform.errors import NotFoundError
@@ -44,6 +44,7 @@ def create_rule(body: RuleIn, workspace: WorkspaceHeader) -> Response[RuleOut]:
     given = RuleInput(
         name=body.name, trigger=body.trigger.domain(), action=body.action.domain(),
         conditions=[c.model_dump() for c in body.conditions], enabled=body.enabled,
+        load=load_json(body.load) or {},
     )  # fmt: skip
     done = store.create_rule(
         request.conn, request.caller.workspace_id, given, request.runtime.settings,
@@ -110,6 +111,7 @@ def edit_rule(rule_id: str, body: RulePatch, workspace: WorkspaceHeader) -> Rule
         if "conditions" in sent and body.conditions is not None
         else None,
         action=body.action.domain() if "action" in sent and body.action else None,
+        load=load_json(body.load) if "load" in sent else None,
     )
     done = store.edit_rule(
         request.conn, request.caller.workspace_id, _rule_id(rule_id), changes,

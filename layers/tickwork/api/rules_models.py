@@ -15,7 +15,14 @@ from tickwork.api.models import ActionOut, Instant, Strict
 from tickwork.platform.wallclock import zone
 from tickwork.rules.conditions import OPS
 from tickwork.rules.entities import Entity, EntityResult, EntityView
-from tickwork.rules.model import ActionTemplate, ProduceResult, Rule, Trigger
+from tickwork.rules.model import (
+    MAX_KEY_LIMIT_COUNT,
+    MAX_KEY_LIMIT_SECONDS,
+    ActionTemplate,
+    ProduceResult,
+    Rule,
+    Trigger,
+)
 from tickwork.rules.produce import RuleRow
 
 ConditionOp = Literal[
@@ -50,6 +57,55 @@ class ConditionIn(Strict):
     value: Any = None
 
 
+class DigestIn(Strict):
+    """`{"window": {"seconds": 600}}` (fixed, after the first event), `{"window": {"until":
+    "08:00"}}` (the next such wall time in the recipient's zone, else the workspace's) or
+    `{"window": {"quiet_seconds": 60, "max_seconds": 900}}` (debounce). `key`: a template
+    that splits a recipient's digests further (default: one per recipient and target)."""
+
+    key: str | None = Field(
+        default=None, min_length=1, max_length=500, examples=["{{ context.thread_id }}"]
+    )
+    window: dict[str, Any] = Field(
+        examples=[{"seconds": 600}, {"until": "08:00"}, {"quiet_seconds": 60, "max_seconds": 900}]
+    )
+    shared: bool | None = Field(
+        default=None,
+        description="the recipient's digest for this key and window, joined by every rule and"
+        " drip step naming them (a step's always is); default: the rule's own",
+    )
+
+
+class KeyLimitIn(Strict):
+    """At most `count` actions of this rule a `per_seconds` window per key; the excess is
+    dropped (the result says skipped, `rate_limited`) or, with `excess: digest`, collected
+    into one digest per key and `digest_window` (event rules). A key's window begins with
+    the first action it is given (at that action's publish time)."""
+
+    key: str | None = Field(
+        default=None, min_length=1, max_length=2000, examples=["{{ context.guest.id }}"],
+        description="a template; by default the action's recipient_id",
+    )  # fmt: skip
+    count: int = Field(ge=1, le=MAX_KEY_LIMIT_COUNT, examples=[1])
+    per_seconds: int = Field(ge=1, le=MAX_KEY_LIMIT_SECONDS, examples=[3600])
+    excess: Literal["drop", "digest"] = Field(
+        default="drop",
+        description="drop: the excess makes no action; digest: the excess goes into the"
+        " key's digest (docs/digests.md), one action per digest_window",
+    )
+    digest_window: dict[str, Any] | None = Field(
+        default=None,
+        description="with excess digest (required then): the digest's window, as a rule's"
+        " digest window",
+        examples=[{"seconds": 3600}, {"until": "08:00"}],
+    )
+    shared: bool | None = Field(
+        default=None,
+        description="count in the workspace's window for the key, shared by every rule and"
+        " drip step whose limit is shared (a step's always is); default: the rule's own",
+    )
+
+
 class ActionTemplateIn(Strict):
     """The action each firing makes. Strings of `target_key` and `payload` are Jinja
     templates rendered from the context snapshot (sandboxed; a missing field fails that
@@ -69,12 +125,45 @@ class ActionTemplateIn(Strict):
         description="a recipient (a template): their quiet hours and caps apply",
     )
     transactional: bool = Field(default=False, description="exempt from quiet hours and caps")
+    digest: DigestIn | None = Field(
+        default=None,
+        description="collect the events into one action per window (docs/digests.md);"
+        " event rules only",
+    )
+    limit: KeyLimitIn | None = Field(
+        default=None, description="at most N actions a window per key (docs/throttling.md)"
+    )
 
     def domain(self) -> ActionTemplate:
+        limit = self.limit.model_dump(exclude_none=True) if self.limit is not None else None
         return ActionTemplate(
             self.action_type, self.target_key, self.payload, self.recipient_id,
             self.transactional,
+            self.digest.model_dump(exclude_none=True) if self.digest is not None else None,
+            limit,
         )  # fmt: skip
+
+
+class LoadIn(Strict):
+    """A stored entity an event rule's templates read, by type and id (a template rendered
+    from the event; default `{{ event.entities.<entity_type> }}`)."""
+
+    entity_type: str = Field(min_length=1, max_length=63, examples=["guest"])
+    id: str | None = Field(
+        default=None, min_length=1, max_length=500, examples=["{{ event.entities.guest }}"]
+    )
+
+
+_LOAD_DESCRIPTION = (
+    "event rules: name → the stored entity its templates read under that name"
+    " (`{{ guest.name }}`), as of the event; at most 10"
+)
+
+
+def load_json(load: dict[str, LoadIn] | None) -> dict[str, Any] | None:
+    if load is None:
+        return None
+    return {alias: spec.model_dump(exclude_none=True) for alias, spec in load.items()}
 
 
 class RuleIn(Strict):
@@ -83,6 +172,11 @@ class RuleIn(Strict):
     trigger: TriggerIn
     conditions: list[ConditionIn] = Field(default_factory=list, max_length=20)
     action: ActionTemplateIn
+    load: dict[str, LoadIn] = Field(
+        default_factory=dict,
+        description=_LOAD_DESCRIPTION,
+        examples=[{"guest": {"entity_type": "guest", "id": "{{ event.entities.guest }}"}}],
+    )
 
 
 def _leave_out(**constraints: Any) -> Any:
@@ -99,6 +193,7 @@ class RulePatch(Strict):
     trigger: TriggerIn = _leave_out()
     conditions: list[ConditionIn] = _leave_out(max_length=20)
     action: ActionTemplateIn = _leave_out()
+    load: dict[str, LoadIn] = _leave_out(description=_LOAD_DESCRIPTION)
 
 
 class TriggerOut(BaseModel):
@@ -121,7 +216,7 @@ class SkippedOut(BaseModel):
     rule_id: UUID
     reason: str = Field(
         description="duplicate, conditions, already_sent, cancelled, past, in_flight,"
-        " user_action, conflict"
+        " user_action, conflict, digested (added to the open digest's action), rate_limited"
     )
     message: str
     action_id: UUID | None
@@ -130,8 +225,14 @@ class SkippedOut(BaseModel):
 class FailedOut(BaseModel):
     rule_id: UUID
     rule_name: str
+    code: str = Field(
+        description="render_failed (a template, or the action it rendered), missing_entity"
+        " (an entity the rule loads is not stored), invalid_rule"
+    )
     field: str = Field(description="the template field that failed, e.g. action.payload.text")
     message: str
+    entity_type: str | None = Field(default=None, description="missing_entity: its type")
+    entity_id: str | None = Field(default=None, description="missing_entity: its id")
 
 
 class ResultOut(BaseModel):
@@ -161,8 +262,9 @@ class ResultOut(BaseModel):
                               rescheduled_from=f.rescheduled_from) for f in result.created],
             skipped=[SkippedOut(rule_id=s.rule_id, reason=s.reason, message=s.message,
                                 action_id=s.action_id) for s in result.skipped],
-            failed=[FailedOut(rule_id=f.rule_id, rule_name=f.rule_name, field=f.field,
-                              message=f.message) for f in result.failed],
+            failed=[FailedOut(rule_id=f.rule_id, rule_name=f.rule_name, code=f.code,
+                              field=f.field, message=f.message, entity_type=f.entity_type,
+                              entity_id=f.entity_id) for f in result.failed],
             cancelled=result.cancelled,
             error=result.error,
         )  # fmt: skip
@@ -175,6 +277,7 @@ class RuleOut(BaseModel):
     trigger: TriggerOut
     conditions: list[dict[str, Any]]
     action: dict[str, Any] = Field(description="action_type, target_key, payload (templates)")
+    load: dict[str, Any] = Field(description="name → {entity_type, id}: the stored entities read")
     revision: int = Field(description="bumped by every edit")
     last_error: str | None = Field(description="the last firing that failed, and why")
     last_error_at: datetime | None
@@ -194,7 +297,9 @@ class RuleOut(BaseModel):
             conditions=rule.conditions,
             action={"action_type": rule.action_type, "target_key": rule.target_key,
                     "payload": rule.payload_template, "recipient_id": rule.recipient_template,
-                    "transactional": rule.transactional},
+                    "transactional": rule.transactional, "digest": rule.digest,
+                    "limit": rule.rate_limit},
+            load=rule.load,
             revision=rule.revision, last_error=rule.last_error,
             last_error_at=rule.last_error_at, created_at=rule.created_at,
             updated_at=rule.updated_at,
@@ -220,6 +325,13 @@ class EventIn(Strict):
     occurred_at: Instant | None = Field(
         default=None, description="RFC 3339; default now. Its date (workspace's zone) is in the key"
     )
+    id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="the app's id of the event: a digest counts a second delivery once",
+        examples=["evt_8f2c"],
+    )
 
 
 class DatesIn(Strict):
@@ -233,6 +345,13 @@ class DatesIn(Strict):
     )
     context: dict[str, Any] = Field(
         default_factory=dict, description="what templates and conditions see as `context`"
+    )
+
+
+class ContextIn(Strict):
+    context: dict[str, Any] = Field(
+        description="the entity's fields, the whole set: what rules that load it see",
+        examples=[{"name": "Ada Lovelace", "email": "ada@example.com"}],
     )
 
 

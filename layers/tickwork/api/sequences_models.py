@@ -16,6 +16,7 @@ from tickwork.actions.model import Action
 from tickwork.api.models import ActionOut, Instant, Strict
 from tickwork.api.rules_models import ActionTemplateIn, ConditionIn
 from tickwork.changes import Change
+from tickwork.engine.failover import FailoverReason
 from tickwork.forecast import Bucket
 from tickwork.ledger.attempts import AttemptRow
 from tickwork.platform.wallclock import local_rendering
@@ -23,7 +24,18 @@ from tickwork.recipients.store import StoredRecipient
 from tickwork.sequences.model import Campaign, Enrollment
 from tickwork.sequences.store import exit_outcome
 
-ChangeKind = Literal["cancel", "reschedule", "defer", "quiet_hours", "skip", "drop", "exit"]
+ChangeKind = Literal[
+    "cancel",
+    "reschedule",
+    "defer",
+    "quiet_hours",
+    "skip",
+    "drop",
+    "exit",
+    "digest",
+    "flush",
+    "throttled",
+]
 
 # ------------------------------------------------------------------------------ recipients
 
@@ -87,7 +99,10 @@ class RecipientPage(BaseModel):
 class StepIn(Strict):
     """One step: `wait` is `{"delay_seconds": N}` after the previous step (the first: after
     the enrollment starts) or `{"day": N, "at": "09:00"}` (day N of the enrollment, local
-    time of the recipient). Conditions are checked when the step fires."""
+    time of the recipient). Conditions are checked when the step fires. `action.digest`
+    collects the step into the recipient's shared digest for its key and window, and
+    `action.limit` limits it per key in the workspace's shared windows (docs/digests.md,
+    docs/throttling.md): such a step is decided when it is due."""
 
     name: str | None = Field(default=None, max_length=200)
     wait: dict[str, Any] = Field(examples=[{"day": 2, "at": "09:00"}])
@@ -97,7 +112,10 @@ class StepIn(Strict):
     def domain(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "wait": self.wait,
-            "action": self.action.model_dump(include={"action_type", "target_key", "payload"}),
+            "action": self.action.model_dump(
+                include={"action_type", "target_key", "payload", "digest", "limit"},
+                exclude_none=True,
+            ),
             "conditions": [c.model_dump() for c in self.conditions],
         }
         if self.name is not None:
@@ -253,6 +271,28 @@ AttemptOutcome = Literal["delivered", "rejected", "transient", "ambiguous", "stu
 AttemptResolution = Literal["delivered", "requeued", "unresolved"]
 
 
+class DeliveryOut(BaseModel):
+    """What the provider said of the message after it accepted it (its status callbacks),
+    the highest state reached: a late or repeated callback never moves it back."""
+
+    status: Literal["sent", "delivered", "undelivered", "bounced", "complained"] = Field(
+        description="sent (handed on), delivered, undelivered, bounced (see bounce),"
+        " complained (marked as spam)"
+    )
+    bounce: Literal["hard", "soft"] | None = Field(
+        default=None, description="a bounce's kind: hard (the address is suppressed) or soft"
+    )
+    at: datetime | None = Field(description="the provider's time for it (else when it came)")
+    detail: str | None = Field(description="the provider's short, sanitized reason")
+
+    @classmethod
+    def of(cls, a: AttemptRow) -> DeliveryOut | None:
+        if a.delivery_status is None:
+            return None
+        return cls(status=a.delivery_status, bounce=a.delivery_bounce,  # type: ignore[arg-type]
+                   at=a.delivery_at, detail=a.delivery_detail)  # fmt: skip
+
+
 class AttemptOut(BaseModel):
     """One provider call, from the delivery ledger. Every field is sanitized where it is
     written (codes, the provider's message id, a short excerpt cleaned of secrets); no
@@ -274,16 +314,45 @@ class AttemptOut(BaseModel):
     )
     resolved_at: datetime | None
     resolution_detail: str | None
+    provider: str | None = Field(
+        default=None,
+        description="the provider called, for an action type with fallback providers (null:"
+        " the type's own provider, for types without fallbacks and attempts recorded before"
+        " providers were)",
+    )
+    failover_reason: FailoverReason | None = Field(
+        default=None,
+        description="why the call went to a fallback provider rather than the first:"
+        " threshold (the first answered this row transiently too often) or circuit_open (the"
+        " first's circuit was open); null when the first provider was called, or the one an"
+        " earlier attempt may have reached",
+    )
+    delivery: DeliveryOut | None = Field(
+        default=None, description="what the provider said of it later (status callbacks)"
+    )
 
     @classmethod
     def of(cls, a: AttemptRow) -> AttemptOut:
-        return cls.model_validate(a, from_attributes=True)
+        return cls.model_validate(
+            {name: getattr(a, name) for name in cls.model_fields if name != "delivery"}
+            | {"delivery": DeliveryOut.of(a)}
+        )
 
 
 class ActionDetailOut(ActionOut):
     changes: list[ChangeOut] = Field(description="its change log, oldest first")
     attempts: list[AttemptOut] = Field(
         default_factory=list, description="its provider calls (the delivery ledger), oldest first"
+    )
+    delivery: DeliveryOut | None = Field(
+        default=None,
+        description="what happened after `published`: the provider's later word on the"
+        " message (delivered, bounced, complained, undelivered), from its status callbacks;"
+        " null when it said nothing (or sends nothing back)",
+    )
+    digest_id: UUID | None = Field(
+        default=None,
+        description="the digest this action sends (GET /v1/digests/{id}: its items and window)",
     )
 
 
@@ -302,12 +371,18 @@ class BucketOut(BaseModel):
     connection_id: UUID | None = Field(description="the connection it is sent through, if any")
     hour: datetime
     due: int
-    quota_per_hour: int | None
-    over_quota: bool
+    limit_per_hour: int | None = Field(
+        description="the most the dispatchers send of these in an hour: the lowest of the"
+        " action type's and the connection's rate limits, each scaled to an hour; null"
+        " when none applies"
+    )
+    quota_per_hour: int | None = Field(description="the same as limit_per_hour (older name)")
+    over_quota: bool = Field(description="more are due in the hour than its limit sends")
 
     @classmethod
     def of(cls, b: Bucket) -> BucketOut:
-        return cls(action_type=b.action_type, connection_id=b.connection_id, hour=b.hour, due=b.due,
+        return cls(action_type=b.action_type, connection_id=b.connection_id, hour=b.hour,
+                   due=b.due, limit_per_hour=b.limit_per_hour,
                    quota_per_hour=b.quota_per_hour, over_quota=b.over_quota)  # fmt: skip
 
 

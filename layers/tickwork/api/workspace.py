@@ -13,6 +13,7 @@ from tickwork import calendar, workspaces
 from tickwork.api.models import (
     LagOut,
     LimitsOut,
+    RetentionOut,
     StatsOut,
     StatusCount,
     WorkspaceOut,
@@ -21,6 +22,7 @@ from tickwork.api.models import (
 )
 from tickwork.api.scope import scope
 from tickwork.platform.wallclock import local_rendering, zone
+from tickwork.workspaces import UNSET
 
 router = Router()
 
@@ -38,6 +40,12 @@ def _out(found: workspaces.Workspace) -> WorkspaceOut:
         role=request.caller.role,
         settings=found.settings,
         limits=LimitsOut(**request.limits.as_dict()),
+        retention=RetentionOut(
+            days=found.retention_days or request.runtime.settings.retention_days,
+            own_days=found.retention_days,
+            default_days=request.runtime.settings.retention_days,
+            legal_hold=found.legal_hold,
+        ),
         now_local=local_rendering(request.now, zone(found.timezone)),
         created_at=found.created_at,
         updated_at=found.updated_at,
@@ -62,7 +70,12 @@ def patch_workspace(body: WorkspacePatch, workspace: WorkspaceHeader) -> Workspa
     request = scope(router)
     request.caller.require_admin("change the workspace")
     updated = workspaces.update(
-        request.conn, name=body.name, timezone=body.timezone, settings=body.settings
+        request.conn,
+        name=body.name,
+        timezone=body.timezone,
+        settings=body.settings,
+        retention_days=body.retention_days if "retention_days" in body.model_fields_set else UNSET,
+        legal_hold=body.legal_hold,
     )
     return _out(updated)
 

@@ -48,6 +48,7 @@ from tickwork.platform.errors import InputError, NotFoundError, TickworkError
 from tickwork.platform.sql import query
 from tickwork.platform.wallclock import utcnow
 from tickwork.quotas import MAX_LIMIT, QUOTA_NAMES
+from tickwork.suppression.model import REASONS
 
 DEFAULT_API_PORT = 8788
 DEFAULT_RECEIVER_PORT = 8787
@@ -162,7 +163,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     local = LocalRuntime(
         url,
         settings,
-        tick_interval=args.tick_interval,
+        tick_interval=args.tick_interval or settings.tick_interval_seconds,
         workers_per_type=args.workers,
         batch_size=args.batch_size,
         receiver_port=args.receiver_port,
@@ -189,7 +190,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     try:
         print(
             f"tickwork is running: API at {local.api.url}/v1 (docs: {local.api.url}/v1/openapi"
-            f".json), tick every {args.tick_interval:g} s (look-ahead"
+            f".json), tick every {local.tick_interval:g} s (look-ahead"
             f" {local.settings.lookahead_seconds} s), {args.workers} dispatcher(s) per action"
             f" type, webhook receiver at {local.receiver.url}, provider sandbox at"
             f" {local.sandbox.url}, data in {root}"
@@ -760,21 +761,42 @@ def _transition(verb: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+# The parents a cancel may name (`--tag`, `--recipient`, `--campaign`, `--entity`).
+PARENT_FLAGS = ("tag", "recipient", "campaign", "entity")
+
+
+def _parents_given(args: argparse.Namespace) -> bool:
+    return any(getattr(args, name, None) for name in PARENT_FLAGS)
+
+
+def _bulk_body(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {} if args.limit is None else {"limit": args.limit}
+    entity = getattr(args, "entity", None)
+    entity_type, _, entity_id = entity.partition("/") if entity else (None, "", None)
+    for name, value in (
+        ("action_type", args.type), ("error_code", args.error_code),
+        ("due_from", args.due_from), ("due_to", args.due_to), ("thing_id", args.thing),
+        ("target_key", args.target), ("tag", getattr(args, "tag", None)),
+        ("recipient_id", getattr(args, "recipient", None)),
+        ("campaign_id", getattr(args, "campaign", None)),
+        ("entity_type", entity_type), ("entity_id", entity_id if entity else None),
+    ):  # fmt: skip
+        if value:
+            body[name] = value
+    return body
+
+
 def _bulk(verb: str) -> Callable[[argparse.Namespace], int]:
     """`cancel-all`, `retry-all`: POST /v1/actions/bulk-{verb} with the filter, again with
-    each answer's `next` until none is left; prints the totals."""
+    each answer's `next` until none is left; prints the running count (stderr) and the
+    totals."""
 
     def run(args: argparse.Namespace) -> int:
         caller, _ = _caller(args)
-        body: dict[str, Any] = {"limit": args.limit}
-        for name, value in (
-            ("action_type", args.type), ("error_code", args.error_code),
-            ("due_from", args.due_from), ("due_to", args.due_to), ("thing_id", args.thing),
-            ("target_key", args.target),
-        ):  # fmt: skip
-            if value:
-                body[name] = value
-        totals: dict[str, Any] = {"matched": 0, "changed": 0, "skipped": 0, "refused": {}}
+        body = _bulk_body(args)
+        totals: dict[str, Any] = {
+            "matched": 0, "changed": 0, "skipped": 0, "refused": {}, "exited": 0
+        }  # fmt: skip
         calls = 0
         while True:
             answer = caller.call("POST", f"/v1/actions/bulk-{verb}", body=body)
@@ -786,6 +808,12 @@ def _bulk(verb: str) -> Callable[[argparse.Namespace], int]:
             _add_up(totals, answer.body)
             if not answer.body.get("next"):
                 break
+            if not answer.body.get("matched"):
+                # A parent's rows left pending are all held this instant (a claim in
+                # progress): calling again at once would spin.
+                say("the parent's pending rows left are being claimed right now; run again")
+                break
+            say(f"... {_bulk_line(verb, totals)} so far ({calls} calls)")
             body["after"] = answer.body["next"]
         totals["calls"] = calls
         print(json.dumps(totals, indent=2) if args.json else _bulk_line(verb, totals))
@@ -794,8 +822,20 @@ def _bulk(verb: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _cancel(args: argparse.Namespace) -> int:
+    """`actions cancel ID`, or with a parent (`--tag`, ...) everything pending of it."""
+    if _parents_given(args) == (args.id is not None):
+        raise InputError(
+            "give an action id, or a parent (--tag, --recipient, --campaign, --entity)"
+            " to cancel everything pending of it; not both"
+        )
+    if args.id is None:
+        return _bulk("cancel")(args)
+    return _transition("cancel")(args)
+
+
 def _add_up(totals: dict[str, Any], answer: dict[str, Any]) -> None:
-    for name in ("matched", "changed", "skipped"):
+    for name in ("matched", "changed", "skipped", "exited"):
         totals[name] += int(answer.get(name) or 0)
     for reason, count in (answer.get("refused") or {}).items():
         totals["refused"][reason] = totals["refused"].get(reason, 0) + int(count)
@@ -809,6 +849,8 @@ def _bulk_line(verb: str, totals: dict[str, Any]) -> str:
     )
     for reason, count in sorted(totals["refused"].items()):
         line += f"; {count} refused ({reason.replace('_', ' ')})"
+    if totals.get("exited"):
+        line += f"; {totals['exited']} enrollments exited"
     return line
 
 
@@ -929,6 +971,42 @@ def cmd_connections_show(args: argparse.Namespace) -> int:
     return _respond(args, caller.call("GET", f"/v1/connections/{connection_id}"), tables.fields)
 
 
+def cmd_suppressions_list(args: argparse.Namespace) -> int:
+    caller, _ = _caller(args)
+    params = _page_params(args, channel=args.channel, reason=args.reason)
+    answer = caller.call("GET", "/v1/suppressions", params=params)
+    return _respond(args, answer, lambda page: tables.table(
+        page["items"], tables.SUPPRESSIONS, page.get("next_cursor")))  # fmt: skip
+
+
+def cmd_suppressions_add(args: argparse.Namespace) -> int:
+    caller, _ = _caller(args)
+    body = {"channel": args.channel, "address": args.address, "reason": args.reason,
+            "scope": args.scope} | ({"detail": args.detail} if args.detail else {})  # fmt: skip
+    answer = caller.call("POST", "/v1/suppressions", body=body)
+
+    def human(entry: dict[str, Any]) -> str:
+        state = "suppressed" if answer.status == 201 else "already suppressed"
+        return (
+            f"{entry['channel']} {entry['address']} {state} ({entry['reason']}, {entry['scope']})"
+        )
+
+    return _respond(args, answer, human)
+
+
+def cmd_suppressions_remove(args: argparse.Namespace) -> int:
+    caller, _ = _caller(args)
+    path = f"/v1/suppressions/{args.channel}/{quote(args.address, safe='@+')}"
+    answer = caller.call("DELETE", path, params={"scope": args.scope})
+    return _respond(
+        args,
+        answer,
+        lambda e: (
+            f"{e['channel']} {e['address']} removed from the list ({e['reason']}, {e['scope']})"
+        ),
+    )
+
+
 # -------------------------------------------------------------------------- parser
 
 
@@ -997,7 +1075,10 @@ Command = Callable[..., argparse.ArgumentParser]
 def _local_commands(command: Command) -> None:
 
     dev = command("dev", "run Tickwork locally, whole, in one process", cmd_dev)
-    dev.add_argument("--tick-interval", type=float, default=60.0, help="seconds between ticks")
+    dev.add_argument(
+        "--tick-interval", type=float, default=None,
+        help="seconds between ticks (default: TICKWORK_TICK_INTERVAL_SECONDS, 60)",
+    )  # fmt: skip
     dev.add_argument("--workers", type=int, default=2, help="dispatchers per action type")
     dev.add_argument("--batch-size", type=int, default=10, help="messages per dispatch")
     dev.add_argument(
@@ -1236,6 +1317,8 @@ def _api_commands(
     recipients("show", "one recipient, with what they were sent today", cmd_recipients_show
                ).add_argument("id", help="recipient id")  # fmt: skip
 
+    _suppressions_commands(commands, parents, output)
+
     connections = _verbs(commands, "connections", "connections: list, show (/v1/connections)",
                          parents, output)  # fmt: skip
     connections("list", "the workspace's connections (GET /v1/connections)",
@@ -1243,6 +1326,28 @@ def _api_commands(
                                                    help="only this provider")  # fmt: skip
     connections("show", "one connection, never its credentials", cmd_connections_show
                 ).add_argument("id", help="connection id or name")  # fmt: skip
+
+
+def _suppressions_commands(
+    commands: Any, parents: list[argparse.ArgumentParser], output: argparse.ArgumentParser
+) -> None:
+    suppressions = _verbs(commands, "suppressions", "addresses never to message: list, add,"
+                          " remove (/v1/suppressions)", parents, output)  # fmt: skip
+    scope_help = "all, campaign:<id> or rule:<id>"
+    listing = suppressions("list", "the list, newest first (GET /v1/suppressions)",
+                           cmd_suppressions_list)  # fmt: skip
+    listing.add_argument("--channel", choices=["email", "sms"], help="only this channel")
+    listing.add_argument("--reason", choices=list(REASONS), help="only this reason")
+    _paging(listing)
+    add = suppressions("add", "suppress an address (POST /v1/suppressions)", cmd_suppressions_add)
+    remove = suppressions("remove", "remove an address from the list (a complaint: admins only)",
+                          cmd_suppressions_remove)  # fmt: skip
+    for verb in (add, remove):
+        verb.add_argument("channel", choices=["email", "sms"], help="email or sms")
+        verb.add_argument("address", help="an email address or an E.164 phone number")
+        verb.add_argument("--scope", default="all", help=scope_help)
+    add.add_argument("--reason", choices=list(REASONS), default="manual", help="why")
+    add.add_argument("--detail", help="a short note kept with the entry")
 
 
 def _actions_commands(
@@ -1326,9 +1431,14 @@ def _actions_commands(
     schedule.add_argument(
         "--quiet", "-q", action="store_true", help="print only the new action's id (for scripts)"
     )
-    verb("cancel", "cancel a queued action", _transition("cancel")).add_argument(
-        "id", help="action id, or its first 8 characters"
+    cancel = verb(
+        "cancel",
+        "cancel a queued action, or every pending action of a tag, recipient, campaign or"
+        " entity (.../bulk-cancel, as cancel-all)",
+        _cancel,
     )
+    cancel.add_argument("id", nargs="?", help="action id, or its first 8 characters")
+    _bulk_arguments(cancel, parents=True)
     verb("retry", "retry a failed action (admins)", _transition("retry")).add_argument(
         "id", help="action id, or its first 8 characters"
     )
@@ -1337,15 +1447,34 @@ def _actions_commands(
         ("retry-all", "retry the failed actions matching a filter (admins; .../bulk-retry)"),
     ):
         bulk = verb(name, summary, _bulk(name.removesuffix("-all")))
-        bulk.add_argument("--type", help="only this action type")
-        bulk.add_argument("--error-code", help="only this error_code")
-        bulk.add_argument("--due-from", help="publish_at at or after this (RFC 3339 with offset)")
-        bulk.add_argument("--due-to", help="publish_at before this (RFC 3339 with offset)")
-        bulk.add_argument("--thing", help="only this thing_id")
-        bulk.add_argument("--target", help="only this target_key")
-        bulk.add_argument(
-            "--limit", type=int, default=500, help="actions per call (1-1000); it loops until done"
-        )
+        _bulk_arguments(bulk, parents=name == "cancel-all")
+
+
+def _bulk_arguments(bulk: argparse.ArgumentParser, *, parents: bool) -> None:
+    bulk.add_argument("--type", help="only this action type")
+    bulk.add_argument("--error-code", help="only this error_code")
+    bulk.add_argument("--due-from", help="publish_at at or after this (RFC 3339 with offset)")
+    bulk.add_argument("--due-to", help="publish_at before this (RFC 3339 with offset)")
+    bulk.add_argument("--thing", help="only this thing_id")
+    bulk.add_argument("--target", help="only this target_key")
+    bulk.add_argument(
+        "--limit", type=int, default=None,
+        help="actions per call (default 500, at most 1000; with a parent 5000 and 10000);"
+        " it loops until done",
+    )  # fmt: skip
+    if not parents:
+        return
+    parent = bulk.add_mutually_exclusive_group()
+    parent.add_argument("--tag", help="every pending action with this tag")
+    parent.add_argument(
+        "--recipient", help="every pending action to this recipient_id; exits their enrollments"
+    )
+    parent.add_argument(
+        "--campaign", help="this campaign id: exits its enrollments, cancels their steps"
+    )
+    parent.add_argument(
+        "--entity", metavar="TYPE/ID", help="every pending action rules made for the entity"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,6 +12,7 @@ from psycopg.rows import dict_row
 from tickwork import rollup
 from tickwork.calendar import SMALL_READS
 from tickwork.cli.queues import Depth
+from tickwork.engine import circuits
 from tickwork.platform.config import MAX_CLOCK_SKEW_TOLERANCE_SECONDS
 from tickwork.platform.db import Connection
 from tickwork.platform.sql import query
@@ -43,6 +44,8 @@ class Status:
     notes: list[str] = field(default_factory=list)
     # The running `tickwork dev`: pid, where its API, receiver and sandbox listen, data dir.
     dev: dict[str, Any] | None = None
+    # Provider circuits not closed (docs/failover.md): provider, connection, state, since.
+    circuits: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def next_due(self) -> datetime | None:
@@ -81,6 +84,15 @@ class Status:
             ),
             "queues_from": self.queues_from,
             "dev": self.dev,
+            "circuits": [
+                {
+                    **c,
+                    "connection_id": str(c["connection_id"]) if c["connection_id"] else None,
+                    "opened_at": iso(c["opened_at"]),
+                    "probe_taken_at": iso(c["probe_taken_at"]),
+                }
+                for c in self.circuits
+            ],
             "notes": self.notes,
         }
 
@@ -144,6 +156,7 @@ def gather(
         attention = rollup.needs_person(conn, workspace_id) | dict(
             cur.execute(_ATTENTION, params).fetchone() or {}
         )
+        open_circuits = circuits.status(conn)
     overall = next((r for r in lag_rows if r["action_type"] is None), None)
     lag_ms: dict[str, Any] = {
         "sample": overall["sample"] if overall else 0,
@@ -166,6 +179,7 @@ def gather(
         lag_ms=lag_ms,
         outcomes=outcomes,
         attention={key: int(value) for key, value in dict(attention).items()},
+        circuits=open_circuits,
     )
 
 
@@ -178,6 +192,20 @@ def _dev_line(dev: dict[str, Any] | None) -> list[str]:
         f"tickwork dev (pid {dev['pid']}): API at {dev['api_url']}, webhook receiver at"
         f" {dev['receiver_url']}, provider sandbox at {sandbox}; data in {dev['data_dir']}"
     ]
+
+
+def _circuit_lines(open_circuits: list[dict[str, Any]]) -> list[str]:
+    """One line per provider circuit not closed (docs/failover.md)."""
+    lines: list[str] = []
+    for c in open_circuits:
+        through = f"connection {c['connection_id']}" if c["connection_id"] else "stack options"
+        since = f" since {stamp(c['opened_at'])}" if c["opened_at"] else ""
+        probe = c.get("probe_taken_at")
+        probing = f", probe out since {stamp(probe)}" if probe else ""
+        lines.append(
+            f"circuit {c['state']}: {c['provider']} ({through}){since}{probing}; its rows fail over"
+        )
+    return lines
 
 
 def render(status: Status) -> str:
@@ -237,6 +265,7 @@ def render(status: Status) -> str:
         " (failed: the provider may have them; check, then `tickwork actions retry`),"
         f" {a.get('submitted_too_long', 0)} submitted longer than the stuck timeout"
     )
+    lines += _circuit_lines(status.circuits)
     lines.append("")
     if status.queues is not None:
         # A message may ring for several rows due together (rows_per_message).

@@ -101,6 +101,14 @@ RECIPIENTS: list[Column] = [
     ("caps", 24, lambda r: ", ".join(f"{k} {v}" for k, v in r["caps"].items()) or "-"),
     ("sent today", 20, lambda r: ", ".join(f"{k} {v}" for k, v in r["sent_today"].items()) or "0"),
 ]
+SUPPRESSIONS: list[Column] = [
+    ("channel", 8, lambda e: e["channel"]),
+    ("address", 34, lambda e: e["address"]),
+    ("reason", 13, lambda e: e["reason"]),
+    ("scope", 46, lambda e: e["scope"]),
+    ("source", 24, lambda e: e["source"]),
+    ("added (UTC)", 20, lambda e: utc(e["created_at"])),
+]
 CONNECTIONS: list[Column] = [
     ("id", 38, lambda c: c["id"]),
     ("name", 22, lambda c: c["name"]),

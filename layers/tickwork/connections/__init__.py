@@ -25,6 +25,7 @@ from tickwork.platform.db import storable
 from tickwork.platform.errors import ConflictError, InputError, NotFoundError
 from tickwork.platform.sql import query
 from tickwork.providers.base import Outcome, Rejected, Transient, Via
+from tickwork.providers.catalog import RATE_LIMITS_SETTING
 
 Status = Literal["active", "disabled", "deleted"]
 MAX_LIST = 500
@@ -229,4 +230,6 @@ def via_for(
         credentials = store.get(found.secret_ref or "")
     except SecretStoreError as exc:
         return Transient(f"the credentials of connection {connection_id}: {exc.message}")
-    return Via(found.id, found.workspace_id, found.provider, dict(found.settings), credentials)
+    # The rate limits are the dispatcher's business, not the provider's.
+    settings = {k: v for k, v in found.settings.items() if k != RATE_LIMITS_SETTING}
+    return Via(found.id, found.workspace_id, found.provider, settings, credentials)

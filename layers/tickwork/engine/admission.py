@@ -26,12 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 import psycopg
 from psycopg.rows import dict_row
 
+from tickwork import events
 from tickwork.actions import model, store
 from tickwork.actions.model import Claimed
 from tickwork.platform.db import Connection
@@ -53,6 +54,15 @@ _TAKE_SLOTS = query("take_cap_slots")
 _CANCEL_REVERTED = query("cancel_reverted")
 _LOG_DEFERS = query("log_defers")
 INFRASTRUCTURE_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+# An outcome event waiting for an earlier event of its action is tried again this soon: the
+# earlier one is being sent or retried, and its own backoff decides when it is done.
+EVENT_ORDER_WAIT = timedelta(seconds=2)
+
+
+def _concerned(action: Claimed) -> bool:
+    """Rows with claim-time policies: drip steps, messages to recipients, outcome events
+    (which keep their action's order)."""
+    return action.recipient_id is not None or action.source in ("sequence", "event")
 
 
 @dataclass(frozen=True)
@@ -75,15 +85,18 @@ def claim_admitted(
     early_tolerance: float = 0.0,
     max_lateness: float | None = None,
     reclaim_after: float | None = None,
+    channel: str | None = None,
+    route_provider: str | None = None,
 ) -> list[Claimed]:
-    """The dispatcher's claim (`actions.store.claim`), then admission: drip steps and
-    messages to recipients pass their policies (fire-time conditions, exits, quiet hours,
-    caps) before any provider sees them; other rows pay nothing."""
+    """The dispatcher's claim (`actions.store.claim`, which also cancels the rows addressed
+    to a suppressed address of `channel`), then admission: drip steps and messages to
+    recipients pass their policies (fire-time conditions, exits, quiet hours, caps) before
+    any provider sees them; other rows pay nothing."""
     claimed = store.claim(
         conn, action_type, ids, early_tolerance=early_tolerance, max_lateness=max_lateness,
-        reclaim_after=reclaim_after,
+        reclaim_after=reclaim_after, channel=channel, route_provider=route_provider,
     )  # fmt: skip
-    if any(a.recipient_id is not None or a.source == "sequence" for a in claimed):
+    if any(_concerned(a) for a in claimed):
         return admit(conn, claimed)
     return claimed
 
@@ -101,7 +114,7 @@ def admit(
     except INFRASTRUCTURE_ERRORS:
         raise
     except Exception:
-        concerned = [a for a in claimed if a.recipient_id is not None or a.source == "sequence"]
+        concerned = [a for a in claimed if _concerned(a)]
         logger.exception(
             "admission failed; its rows go back to the queue",
             extra={"action_ids": [str(a.id) for a in concerned]},
@@ -116,6 +129,14 @@ def admit(
 def _admit(conn: Connection, claimed: Sequence[Claimed], now: datetime) -> list[Claimed]:
     refused: dict[UUID, _Defer | _Cancel] = {}
     policies: dict[UUID, str] = {}
+    behind = events.waiting_behind(conn, [a.id for a in claimed if a.source == "event"])
+    if behind:
+        # Not a defer of the change log: the event goes once the one before it has.
+        store.finalize(conn, [
+            model.reverted(i, now + EVENT_ORDER_WAIT, "waiting for an earlier event")
+            for i in behind
+        ])  # fmt: skip
+        claimed = [a for a in claimed if a.id not in behind]
     steps = [a for a in claimed if a.source == "sequence"]
     if steps:
         for action_id, verdict in check_steps(conn, steps).items():

@@ -11,7 +11,9 @@ leaves the stack in UPDATE_ROLLBACK_FAILED. So:
 - an update that goes back to an older layer (a rollback) is answered SUCCESS at once:
   migrations only add, so the older code runs on the newer schema;
 - the configuration is checked (every action type's provider builds, every type has its
-  queue) so a stack that could not send fails its deploy instead of deploying.
+  queue) so a stack that could not send fails its deploy instead of deploying. The resource
+  depends on every queue of the template, so a type without one is a typo or a type missing
+  from the template's list: it fails at once, by name, with nothing to wait for.
 
 Migrations go to the database instance directly, not through RDS Proxy: the runner holds a
 session advisory lock, which would pin a proxy connection.
@@ -19,8 +21,11 @@ session advisory lock, which would pin a proxy connection.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import socket
 import threading
 import time
 import urllib.request
@@ -31,7 +36,7 @@ from typing import Any, Protocol
 import psycopg
 
 from tickwork.platform import migrate
-from tickwork.platform.config import Settings
+from tickwork.platform.config import EVENT_ACTION_TYPE, Settings
 from tickwork.platform.db import (
     connect,
     local_api_login,
@@ -42,6 +47,10 @@ from tickwork.platform.db import (
 from tickwork.platform.errors import TickworkError
 from tickwork.platform.observability import logger
 from tickwork.providers import ProviderRegistry
+from tickwork.providers.bluesky import BlueskyProvider
+from tickwork.providers.postmark import PostmarkProvider
+from tickwork.providers.slack import SlackProvider
+from tickwork.providers.twilio import TwilioProvider
 
 PHYSICAL_ID = "tickwork-schema"
 # Time kept back from the Lambda's remaining time to send the answer.
@@ -50,11 +59,24 @@ ANSWER_MARGIN_SECONDS = 15.0
 CONNECT_TIMEOUT_SECONDS = 10
 CONNECT_PAUSE_SECONDS = 5.0
 REASON_LIMIT = 1000  # CloudFormation keeps the response under 4 KB
-# A queue added in the same deploy is created beside this resource, not before it: wait
-# this long for one to appear before calling it missing.
-QUEUE_WAIT_SECONDS = 120.0
-QUEUE_POLL_SECONDS = 5.0
 _LAYER_VERSION = re.compile(r":(\d+)$")
+# The egress check: a TCP connection to each provider's host on 443 from the stack's subnets
+# (the migration runs where the dispatchers do). Providers whose host is each connection's
+# own (a Mastodon instance, a tenant's webhook) are probed at a host on the internet at
+# large; `log` sends nowhere.
+EGRESS_TIMEOUT_SECONDS = 3.0
+INTERNET_HOST = "checkip.amazonaws.com"
+PROVIDER_HOSTS: dict[str, str] = {
+    "postmark": PostmarkProvider.default_api_url,
+    "twilio": TwilioProvider.default_api_url,
+    "slack": SlackProvider.default_api_url,
+    "bluesky": BlueskyProvider.default_api_url,
+    # (the stack makes no SES endpoint: its API is reached like any other)
+    "ses": "https://email.{region}.amazonaws.com",
+    "mastodon": INTERNET_HOST,
+    "webhook": INTERNET_HOST,
+    "event": INTERNET_HOST,
+}
 
 
 class DeployError(TickworkError):
@@ -81,10 +103,13 @@ class Answer:
 def validate_configuration(settings: Settings, queue_exists: QueueCheck) -> list[str]:
     """Problems that would make the stack unable to send (empty when there are none)."""
     problems: list[str] = []
-    if not settings.action_types:
+    # (the outcome events' own type is always there: a stack needs one of the tenants' too)
+    if not set(settings.action_types) - {EVENT_ACTION_TYPE}:
         problems.append("no action types are configured (the ActionTypes parameter)")
+        return problems
     registry = ProviderRegistry(settings)
     for name in sorted(settings.action_types):
+        problems += _unreadable_webhook_secrets(settings, name)
         try:
             registry.for_action_type(name)
         except Exception as exc:
@@ -100,6 +125,119 @@ def validate_configuration(settings: Settings, queue_exists: QueueCheck) -> list
     return problems
 
 
+def _unreadable_webhook_secrets(settings: Settings, name: str) -> list[str]:
+    """Webhook endpoints whose signing secret the dispatcher may not read: IAM grants it only
+    this stack's `<secrets prefix>/webhooks/*`, so any other secret would fail every send."""
+    config = settings.action_types[name]
+    endpoints = config.options.get("endpoints") if config.provider == "webhook" else None
+    if not isinstance(endpoints, dict):
+        return []
+    allowed = f":secret:{settings.secrets_prefix}/webhooks/"
+    return [
+        f"action type {name!r}, endpoint {target!r}: secret_arn must name a secret"
+        f" {settings.secrets_prefix}/webhooks/..., the only webhook secrets this stack's"
+        " dispatchers may read"
+        for target, spec in sorted(endpoints.items())
+        if isinstance(spec, dict) and spec.get("secret_arn") and allowed not in spec["secret_arn"]
+    ]
+
+
+def keep_service_logs(properties: Mapping[str, Any]) -> list[str]:
+    """Gives the log groups AWS services create for the stack (RDS's exported logs, the hosted
+    rotation functions) the stack's retention: CloudFormation cannot own a group a service
+    may make first, and such a group otherwise never expires. Returns the groups set."""
+    groups = [str(g) for g in properties.get("LogGroups") or []]
+    if not groups:
+        return []
+    import boto3  # noqa: PLC0415 - lazy: boto3 loads only where AWS is called (cold start)
+    from botocore.config import Config  # noqa: PLC0415 - lazy: as boto3
+
+    days = int(properties["LogRetentionDays"])
+    # Short timeouts: a stack without a way to CloudWatch Logs fails here in seconds, by name.
+    config = Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2})
+    logs = boto3.client("logs", config=config)
+    for group in groups:
+        with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+            logs.create_log_group(logGroupName=group)
+        logs.put_retention_policy(logGroupName=group, retentionInDays=days)
+    return groups
+
+
+def _host_and_port(address: str) -> tuple[str, int]:
+    netloc = address.split("://", 1)[-1].split("/", 1)[0]
+    host, _, port = netloc.partition(":")
+    return host, int(port or 443)
+
+
+def egress_targets(settings: Settings, region: str) -> dict[str, set[str]]:
+    """Hosts each configured action type must reach, by type."""
+    targets: dict[str, set[str]] = {}
+    for name, config in sorted(settings.action_types.items()):
+        hosts = set()
+        endpoints = config.options.get("endpoints") if config.provider == "webhook" else None
+        if isinstance(endpoints, dict) and endpoints:
+            urls = [spec.get("url") for spec in endpoints.values() if isinstance(spec, dict)]
+            hosts = {str(url) for url in urls if url}
+        elif config.provider in PROVIDER_HOSTS:
+            hosts = {PROVIDER_HOSTS[config.provider].format(region=region)}
+        if hosts:
+            targets[name] = {"{}:{}".format(*_host_and_port(h)) for h in hosts}
+    return targets
+
+
+def tcp_reaches(address: str) -> bool:
+    host, port = _host_and_port(address)
+    try:
+        with socket.create_connection((host, port), timeout=EGRESS_TIMEOUT_SECONDS):
+            return True
+    except OSError:
+        return False
+
+
+def unreachable_types(targets: Mapping[str, set[str]], reaches: Callable[[str], bool]) -> list[str]:
+    """`type (host, ...)` for each type that reaches none of its hosts; probed at once, so
+    the check takes one timeout however many types there are."""
+    hosts = sorted({h for hs in targets.values() for h in hs})
+    reached: dict[str, bool] = {}
+
+    def probe(host: str) -> None:
+        reached[host] = reaches(host)
+
+    threads = [threading.Thread(target=probe, args=(h,), daemon=True) for h in hosts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(EGRESS_TIMEOUT_SECONDS + 2)
+    return [
+        f"{name} ({', '.join(sorted(hs))})"
+        for name, hs in sorted(targets.items())
+        if not any(reached.get(h) for h in hs)
+    ]
+
+
+def check_egress(
+    settings: Settings, mode: str, reaches: Callable[[str], bool] = tcp_reaches
+) -> str | None:
+    """None when every configured type reaches its provider (or the check is off); a
+    warning to report when `mode` is `warn`. Raises DeployError when `mode` is `fail`."""
+    if mode not in ("fail", "warn"):
+        return None
+    region = os.environ.get("AWS_REGION", "us-east-1")
+    unreachable = unreachable_types(egress_targets(settings, region), reaches)
+    if not unreachable:
+        return None
+    message = (
+        "no way out to the internet for: "
+        + "; ".join(unreachable)
+        + " (add a NAT gateway or proxy on the private subnets' route tables, drop the types"
+        " from ActionTypes, or deploy with EgressCheck=warn)"
+    )
+    if mode == "fail":
+        raise DeployError(message)
+    logger.warning("egress check", extra={"unreachable": unreachable})
+    return message
+
+
 def sqs_queue_exists(url: str) -> bool:
     import boto3  # noqa: PLC0415 - lazy: boto3 loads only where AWS is called (cold start)
     from botocore.exceptions import ClientError  # noqa: PLC0415 - lazy: botocore loads only where AWS is called (cold start)
@@ -112,22 +250,6 @@ def sqs_queue_exists(url: str) -> bool:
             return False
         raise
     return True
-
-
-def waiting_for_queues(queue_exists: QueueCheck, deadline: float) -> QueueCheck:
-    """`queue_exists`, asked again until the queue appears, QUEUE_WAIT_SECONDS pass or the
-    deadline nears (the answer must still go out in time)."""
-
-    def check(url: str) -> bool:
-        until = min(time.monotonic() + QUEUE_WAIT_SECONDS, deadline - QUEUE_POLL_SECONDS)
-        while not queue_exists(url):
-            if time.monotonic() + QUEUE_POLL_SECONDS > until:
-                return False
-            logger.info("waiting for a queue", extra={"queue_url": url})
-            time.sleep(QUEUE_POLL_SECONDS)
-        return True
-
-    return check
 
 
 def connect_with_retry(url: str, deadline: float) -> psycopg.Connection[Any]:
@@ -209,11 +331,18 @@ def decide(
 
     parameters.clear_caches()  # type: ignore[no-untyped-call]
     settings = Settings.from_env(env)
-    problems = validate_configuration(settings, waiting_for_queues(queue_exists, deadline))
+    problems = validate_configuration(settings, queue_exists)
     if problems:
         raise DeployError("the configuration cannot send: " + "; ".join(problems))
+    properties = event.get("ResourceProperties") or {}
+    warning = check_egress(settings, str(properties.get("EgressCheck", "off")))
+    kept = keep_service_logs(properties)
     applied = run_migrations(settings, deadline)
     reason = f"applied {', '.join(applied)}" if applied else "schema already up to date"
+    if kept:
+        reason += f"; {len(kept)} service log groups kept for the stack's retention"
+    if warning:
+        reason += f"; WARNING {warning}"
     return Answer("SUCCESS", reason, {"Applied": ",".join(applied)})
 
 

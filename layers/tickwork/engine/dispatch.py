@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -44,8 +45,26 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from tickwork import connections
 from tickwork.actions import model, store
 from tickwork.actions.model import Attempt, AttemptOutcome, Claimed, Finalization
+from tickwork.engine import circuits
 from tickwork.engine.admission import claim_admitted
-from tickwork.platform.config import ActionTypeConfig, Settings
+from tickwork.engine.circuits import STACK, CircuitKey
+from tickwork.engine.failover import (
+    Circuit,
+    CircuitPolicy,
+    FailoverReason,
+    PastAttempt,
+    WaveAnswers,
+    admits,
+    after_wave,
+    give_back,
+    pinned_provider,
+    probe_timeout,
+    route,
+    take,
+)
+from tickwork.engine.throttle import Scope, connection_scopes, throttle, type_scopes
+from tickwork.platform.config import ActionTypeConfig, FailoverConfig, RateLimit, Settings
+from tickwork.platform.errors import InputError
 from tickwork.platform.observability import emit, logger, metrics, metrics_enabled
 from tickwork.platform.queues.enqueue import enqueue_soon, unmark
 from tickwork.platform.queues.port import (
@@ -56,6 +75,7 @@ from tickwork.platform.queues.port import (
     retry_visibility,
 )
 from tickwork.platform.wallclock import utcnow
+from tickwork.providers import unsubscribe
 from tickwork.providers.base import (
     Ambiguous,
     Delivered,
@@ -64,10 +84,14 @@ from tickwork.providers.base import (
     Provider,
     ProviderError,
     Rejected,
+    Transient,
     Via,
 )
+from tickwork.providers.catalog import connection_limits
 from tickwork.providers.redact import Redactor, sanitize
 from tickwork.runtime import Runtime
+from tickwork.suppression import links
+from tickwork.suppression.model import channel_of_provider
 
 # Rows due within this much after a claim's first row are claimed with it, and each called
 # at its own due time: a message's window (queues.port.MESSAGE_WINDOW) in one statement.
@@ -95,8 +119,13 @@ class DispatchSummary:
     received: int = 0
     ignored: int = 0  # not a Tickwork message
     claimed: int = 0
-    skipped: int = 0  # not claimable: cancelled, already claimed, not due, too late
+    # not claimable: cancelled (by the claim too: suppressed), already claimed, not due,
+    # too late
+    skipped: int = 0
     paused: int = 0  # held back by a kill switch
+    throttled: int = 0  # held back by a rate limit to a later window (never sent)
+    failed_over: int = 0  # calls made to a fallback provider (docs/failover.md)
+    circuits_opened: int = 0  # provider circuits this dispatch opened
     published: int = 0
     failed: dict[str, int] = field(default_factory=dict)
     requeued: int = 0
@@ -158,14 +187,15 @@ def decide(
         # It may have arrived, and the provider cannot tell a second copy from a new one.
         return model.failed(action.id, "ambiguous", outcome.message)
     # Transient, or ambiguous towards a provider that deduplicates: try again later.
-    budget = settings.max_attempts * (1 + action.manual_retries)
+    config = settings.action_type(action.action_type)
+    attempts = (config.max_attempts if config is not None else None) or settings.max_attempts
+    budget = attempts * (1 + action.manual_retries)
     if action.attempt_count >= budget:
         return model.failed(
             action.id,
             "retry_exhausted",
             f"{outcome.message} (gave up after {action.attempt_count} attempts)",
         )
-    config = settings.action_type(action.action_type)
     max_delay = config.max_lateness_seconds if config is not None else None
     delay = backoff_seconds(action.attempt_count, settings, outcome.retry_after, rand, max_delay)
     return model.requeued(action.id, now + timedelta(seconds=delay), outcome.message)
@@ -216,6 +246,25 @@ class _Completed:
     called: bool = False  # the provider's send was invoked (a ledger attempt)
 
 
+def with_unsubscribe_link(
+    action: Claimed, via: Via, provider: str, settings: Settings
+) -> Via | Outcome:
+    """The connection with this action's one-click unsubscribe link, when its message should
+    carry one (docs/unsubscribe.md); a link wanted that this stack cannot make fails the
+    row rather than send it without (its sender asked for it)."""
+    wanted = unsubscribe.wanted(provider, action.payload, via.settings)
+    if wanted is None:
+        return via
+    # A campaign's or rule's scope was resolved when the row was made; a scope still
+    # unresolved here has no campaign or rule: everything.
+    scope = links.resolve_scope(wanted.scope)
+    try:
+        url = links.url(settings, action.workspace_id, "email", wanted.address, scope)
+    except InputError as exc:
+        return Rejected("unsubscribe_unavailable", exc.message)
+    return replace(via, unsubscribe_url=url)
+
+
 def attempt_of(outcome: Outcome, number: int, started: float, finished: float) -> Attempt | None:
     """The ledger's record of a provider call that did not deliver; None for a delivery
     (the row it publishes records it) and when nothing left (NotSent)."""
@@ -240,6 +289,49 @@ def taking_turns(claimed: list[Claimed]) -> list[Claimed]:
         return claimed
     turns = itertools.zip_longest(*lines.values())
     return [action for turn in turns for action in turn if action is not None]
+
+
+@dataclass(frozen=True)
+class _Routed:
+    """Where a row of a type with fallback providers goes: the provider, its name, the
+    circuit the call passes through, and why it is not the type's first provider."""
+
+    provider: Provider
+    name: str
+    circuit: CircuitKey
+    reason: FailoverReason | None
+    read: Circuit  # the circuit as the route read it
+    # When this row took its circuit's half-open probe; None: it took none.
+    probe_taken_at: datetime | None = None
+
+
+def circuit_policy(failover: FailoverConfig, settings: Settings) -> CircuitPolicy:
+    """A type's circuit rules; its probe is lost after a cool-down, and never before the
+    probe's own call could still answer (settings.provider_timeout_seconds)."""
+    return CircuitPolicy(
+        failover.circuit_failures, failover.circuit_window_seconds,
+        failover.circuit_cooldown_seconds,
+        probe_timeout(failover.circuit_cooldown_seconds, settings.provider_timeout_seconds),
+    )  # fmt: skip
+
+
+def wave_answers(
+    done: list[_Completed], routes: dict[UUID, _Routed]
+) -> dict[CircuitKey, WaveAnswers]:
+    """What each circuit's provider answered in a wave of completed calls: a delivery or a
+    refusal says it is up; a transient or ambiguous answer that it may be down."""
+    answers: dict[CircuitKey, WaveAnswers] = {}
+    for completed in done:
+        routed = routes.get(completed.action.id)
+        if routed is None or not completed.called:
+            continue
+        seen = answers.get(routed.circuit, WaveAnswers())
+        if isinstance(completed.outcome, Delivered | Rejected):
+            seen = replace(seen, answered=seen.answered + 1)
+        elif isinstance(completed.outcome, Transient | Ambiguous):
+            seen = replace(seen, failed=seen.failed + 1)
+        answers[routed.circuit] = seen
+    return answers
 
 
 class _Wave:
@@ -422,7 +514,20 @@ class Dispatcher:
         if self.settings.action_type(action_type) is None:
             logger.error("message for an unconfigured action type", extra={"type": action_type})
             return None
+        config = self.settings.action_type(action_type)
+        if config is not None and config.failover is not None:
+            channels = {channel_of_provider(name) for name in config.providers}
+            if len(channels) > 1:
+                # An email must not go out as an SMS: the type is misconfigured, not sent.
+                logger.error(
+                    "failover providers of one type must share a channel",
+                    extra={"type": action_type, "providers": list(config.providers)},
+                )
+                return None
         try:
+            if config is not None and config.failover is not None:
+                for fallback in config.failover.providers:
+                    self.runtime.providers.for_fallback(action_type, fallback.provider)
             return self.runtime.providers.for_action_type(action_type)
         except ProviderError:
             logger.exception("provider cannot be built", extra={"action_type": action_type})
@@ -448,6 +553,7 @@ class Dispatcher:
         calls = _Calls(self.settings.provider_concurrency if provider.io_bound else 0)
         ready: list[Claimed] = []  # claimed, in due order, waiting for their time
         vias: dict[UUID, Via | Outcome] = {}
+        routes: dict[UUID, _Routed] = {}  # types with fallback providers: each row's
         unwritten: list[UUID] = []
         reached = self.clock()  # the latest time waited for: come, whatever the clock says
         try:
@@ -470,14 +576,18 @@ class Dispatcher:
                             pending = []
                             continue
                         summary.claimed += len(claimed)
-                        vias |= self._connections(claimed, config.provider)
+                        claimed = self._resolve(
+                            claimed, action_type, config, vias, summary, provider, routes
+                        )
                         ready = sorted(ready + claimed, key=lambda action: action.due_at)
                         continue
                 if ready and ready[0].due_at <= now:
                     count = next((i for i, a in enumerate(ready) if a.due_at > now), len(ready))
                     for action in taking_turns(ready[:count]):
-                        via = vias.pop(action.id, None)
-                        calls.start(self._call, provider, action, deadline, via)
+                        calls.start(
+                            self._call, routes[action.id].provider if action.id in routes
+                            else provider, action, deadline, vias.pop(action.id, None),
+                        )  # fmt: skip
                     ready = ready[count:]
                     continue
                 # Nothing to claim or call now: settle what completed, or wait for the next
@@ -486,7 +596,7 @@ class Dispatcher:
                 next_due = (min(times) - now).total_seconds() if times else None
                 calls.collect(0.0)
                 if calls.settle_now(next_due):
-                    unwritten += self._settle(calls.take(), provider, summary, end)
+                    unwritten += self._settle(calls.take(), provider, summary, end, config, routes)
                     continue
                 timeout = calls.linger_left(next_due)
                 if calls.outstanding:
@@ -544,6 +654,10 @@ class Dispatcher:
                     + CLAIM_AHEAD.total_seconds(),
                     max_lateness=config.max_lateness_seconds,
                     reclaim_after=reclaim_after,
+                    channel=channel_of_provider(config.provider),
+                    # A type with fallbacks: the claim records its first provider as each
+                    # attempt's route; _route rewrites the rows it sends elsewhere.
+                    route_provider=config.provider if config.failover is not None else None,
                 )
                 return claimed, attempt > 0
             except INFRASTRUCTURE_ERRORS:
@@ -568,27 +682,342 @@ class Dispatcher:
             self.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    def _connections(self, claimed: list[Claimed], provider: str) -> dict[UUID, Via | Outcome]:
-        """For rows that name a connection: what to send through, or why not to send. One
-        statement per wave, and none when no row names a connection."""
+    def _resolve(
+        self,
+        claimed: list[Claimed],
+        action_type: str,
+        config: ActionTypeConfig,
+        vias: dict[UUID, Via | Outcome],
+        summary: DispatchSummary,
+        provider: Provider,
+        routes: dict[UUID, _Routed],
+    ) -> list[Claimed]:
+        """A claimed wave's connections (into `vias`); for a type with fallback providers,
+        where each row goes (into `routes`, a fallback's connection into `vias`); then the
+        rate limits of the type and of the connection each row is sent through (a fallback's
+        own, when it fails over): the rows to call."""
+        resolved, limits = self._connections(claimed, config.provider)
+        vias |= resolved
+        limits |= self._route(claimed, action_type, config, provider, vias, routes)
+        admitted = self._throttle(claimed, action_type, config, vias, limits, summary)
+        if routes:
+            self._give_back_probes(claimed, admitted, vias, routes, config)
+        return admitted
+
+    def _connections(
+        self, claimed: list[Claimed], provider: str
+    ) -> tuple[dict[UUID, Via | Outcome], dict[UUID, tuple[RateLimit, ...]]]:
+        """For rows that name a connection: what to send through, or why not to send; and
+        the rate limits of the connections that have any. One statement per wave, and none
+        when no row names a connection."""
         named = [action for action in claimed if action.connection_id is not None]
         if not named:
-            return {}
+            return {}, {}
         ids = [action.connection_id for action in named if action.connection_id is not None]
         try:
             found = connections.load(self.runtime.db.connection(), ids)
         except INFRASTRUCTURE_ERRORS:
             # The rows are claimed: hand them back unsent rather than strand them.
             logger.exception("connections could not be read; the rows go back unsent")
-            return {a.id: NotSent("the connection could not be read") for a in named}
+            return {a.id: NotSent("the connection could not be read") for a in named}, {}
+        limits = {
+            key: own for key, row in found.items() if (own := connection_limits(row.settings))
+        }
         resolved: dict[UUID, Via | Outcome] = {}
         for action in named:
             assert action.connection_id is not None
-            resolved[action.id] = connections.via_for(
+            via = connections.via_for(
                 action.workspace_id, action.connection_id, found.get(action.connection_id),
                 provider, self.runtime.secrets,
             )  # fmt: skip
-        return resolved
+            if isinstance(via, Via) and provider in unsubscribe.PROVIDERS:
+                via = with_unsubscribe_link(action, via, provider, self.settings)
+            resolved[action.id] = via
+        return resolved, limits
+
+    def _throttle(
+        self,
+        claimed: list[Claimed],
+        action_type: str,
+        config: ActionTypeConfig,
+        vias: dict[UUID, Via | Outcome],
+        connection_limits: dict[UUID, tuple[RateLimit, ...]],
+        summary: DispatchSummary,
+    ) -> list[Claimed]:
+        """The claimed rows within their type's and connection's rate limits; the others are
+        handed back to a later window (docs/throttling.md). Nothing is asked of the database
+        when no limit applies."""
+        by_type = type_scopes(action_type, config.limits)
+        scopes: dict[UUID, list[Scope]] = {}
+        for action in claimed:
+            via = vias.get(action.id)
+            if via is not None and not isinstance(via, Via):
+                continue  # not sent (its connection is gone): it takes no slot
+            through = via if isinstance(via, Via) else None
+            own = connection_limits.get(through.id, ()) if through is not None else ()
+            if through is not None and own:
+                scopes[action.id] = by_type + connection_scopes(through.id, own)
+            elif by_type:
+                scopes[action.id] = by_type
+        if not scopes:
+            return claimed
+        try:
+            admitted, held = throttle(self.runtime.db.connection(), claimed, scopes, self.clock())
+        except INFRASTRUCTURE_ERRORS:
+            # Claimed and not checked: back unsent (their finalize retries), never sent over.
+            logger.exception("rate limits could not be checked; the rows go back unsent")
+            self.runtime.db.close()
+            for action_id in scopes:
+                vias[action_id] = NotSent("the rate limits could not be checked")
+            return claimed
+        for h in held:
+            vias.pop(h.action.id, None)
+        summary.throttled += len(held)
+        self._send_again_soon([h.action.id for h in held if h.until])
+        return admitted
+
+    def _route(
+        self,
+        claimed: list[Claimed],
+        action_type: str,
+        config: ActionTypeConfig,
+        provider: Provider,
+        vias: dict[UUID, Via | Outcome],
+        routes: dict[UUID, _Routed],
+    ) -> dict[UUID, tuple[RateLimit, ...]]:
+        """Which provider each claimed row of a type with fallback providers goes to (into
+        `routes`, its fallback connection into `vias`): its earlier attempts from the
+        ledger, its workspace's fallback connections and the circuits, read once for the
+        wave (docs/failover.md). Rows whose connection already refused them stay as they
+        are. Returns the rate limits of the fallback connections the rows go through."""
+        sendable = [a for a in claimed if isinstance(vias.get(a.id), Via | None)]
+        if config.failover is None or not sendable:
+            return {}
+        try:
+            conn = self.runtime.db.connection()
+            past = circuits.history(conn, [a.id for a in sendable])
+            options = self._failover_options(conn, sendable, config)
+            keys = [(n, c) for own in options.values() for n, c in own.items()]
+            known = circuits.read(conn, keys)
+            fallback_rows: dict[UUID, UUID] = {}  # row → the fallback connection it uses
+            for action in sendable:
+                chosen = self._route_row(conn, action, options[action.id],
+                                         past.get(action.id, []), config, known)  # fmt: skip
+                if isinstance(chosen, Rejected):
+                    vias[action.id] = chosen
+                    continue
+                name, key, reason, probe = chosen
+                through = provider
+                if name != config.provider:
+                    through = self.runtime.providers.for_fallback(action_type, name)
+                    if action.connection_id is not None:
+                        fallback_rows[action.id] = key[1]
+                routes[action.id] = _Routed(through, name, key, reason, known[key][0], probe)
+            self._record_routes(conn, sendable, routes, vias, fallback_rows, config.provider)
+            found = connections.load(conn, list(fallback_rows.values()))
+        except INFRASTRUCTURE_ERRORS:
+            # Claimed and not routed: back unsent (their finalize retries), never sent twice.
+            logger.exception("failover state could not be read; the rows go back unsent")
+            self.runtime.db.close()
+            for action in sendable:
+                vias[action.id] = NotSent("the failover state could not be read")
+                routes.pop(action.id, None)
+            return {}
+        for action in sendable:
+            connection_id = fallback_rows.get(action.id)
+            if connection_id is None:
+                continue
+            name = routes[action.id].name
+            via = connections.via_for(
+                action.workspace_id, connection_id, found.get(connection_id), name,
+                self.runtime.secrets,
+            )  # fmt: skip
+            if isinstance(via, Via) and name in unsubscribe.PROVIDERS:
+                via = with_unsubscribe_link(action, via, name, self.settings)
+            vias[action.id] = via
+        return {
+            connection_id: own
+            for connection_id, row in found.items()
+            if (own := connection_limits(row.settings))
+        }
+
+    @staticmethod
+    def _record_routes(
+        conn: psycopg.Connection[Any],
+        sendable: list[Claimed],
+        routes: dict[UUID, _Routed],
+        vias: dict[UUID, Via | Outcome],
+        fallback_rows: dict[UUID, UUID],
+        first: str,
+    ) -> None:
+        """Before any call, where each routed row's attempt goes (provider, connection): a
+        dispatcher that dies during the call leaves a row the resolver can ask that
+        provider about. The claim recorded the first provider through the row's own
+        connection; the rows going elsewhere are written here, in one statement for the
+        wave (none while every row goes to the first). A row not recorded is not called."""
+        elsewhere = [
+            (a.id, a.attempt_count, r.name, None if r.circuit[1] == STACK else r.circuit[1])
+            for a in sendable
+            if (r := routes.get(a.id)) is not None
+            and (r.name, r.circuit[1]) != (first, a.connection_id or STACK)
+        ]
+        if not elsewhere:
+            return
+        recorded = circuits.record_routes(conn, elsewhere)
+        for action_id, *_ in elsewhere:
+            if action_id not in recorded:
+                vias[action_id] = NotSent("the claim is no longer this dispatcher's")
+                routes.pop(action_id)
+                fallback_rows.pop(action_id, None)
+
+    @staticmethod
+    def _failover_options(
+        conn: psycopg.Connection[Any], sendable: list[Claimed], config: ActionTypeConfig
+    ) -> dict[UUID, dict[str, UUID]]:
+        """Each row's providers, in order, with the connection each sends it through (STACK:
+        the provider's options): a row naming a connection goes to a fallback through its
+        workspace's connection of that provider, and not to a fallback it has none of."""
+        assert config.failover is not None
+        fallbacks = [f.provider for f in config.failover.providers]
+        named = [(a.workspace_id, f) for a in sendable if a.connection_id for f in fallbacks]
+        fallback_ids = circuits.fallback_connections(conn, named)
+        options: dict[UUID, dict[str, UUID]] = {}
+        for action in sendable:
+            own = {config.provider: action.connection_id or STACK}
+            for name in fallbacks:
+                if action.connection_id is None:
+                    own[name] = STACK
+                elif (found := fallback_ids.get((action.workspace_id, name))) is not None:
+                    own[name] = found
+            options[action.id] = own
+        return options
+
+    def _route_row(
+        self,
+        conn: psycopg.Connection[Any],
+        action: Claimed,
+        own: dict[str, UUID],
+        history: list[PastAttempt],
+        config: ActionTypeConfig,
+        known: dict[CircuitKey, tuple[Circuit, int]],
+    ) -> tuple[str, CircuitKey, FailoverReason | None, datetime | None] | Rejected:
+        """One row's provider, circuit, reason, and when it took that circuit's half-open
+        probe (None: it took none). A probe is taken with a conditional write, so one
+        dispatcher's one row probes; a probe out longer than the policy's probe timeout is
+        lost (its dispatcher died) and taken again."""
+        assert config.failover is not None
+        policy = circuit_policy(config.failover, self.settings)
+        now = self.clock()
+        pinned = pinned_provider(config.providers, history)
+        if pinned is not None and pinned not in own:
+            # An earlier attempt may have arrived through a connection gone since: sending
+            # through another could send it twice.
+            return Rejected(
+                "connection_removed",
+                f"the {pinned} connection an earlier attempt went through is gone",
+            )
+        # Providers whose circuit another dispatcher wrote between this one's read and its
+        # probe: it took the probe, or opened the circuit again. Each try that does not
+        # return adds one, so the loop ends.
+        lost: set[str] = set()
+        for _ in range(len(own) + 1):
+            refused = {
+                n: n in lost or not admits(known[(n, c)][0], policy, now) for n, c in own.items()
+            }
+            chosen = route(list(own), history, refused, config.failover.threshold)
+            key = (chosen.provider, own[chosen.provider])
+            circuit, version = known[key]
+            if pinned is not None or circuit.state == "closed" or refused[chosen.provider]:
+                return chosen.provider, key, chosen.reason, None
+            probe = take(circuit, now)
+            written = circuits.write(conn, key, probe, version)
+            if written is not None:
+                known[key] = (probe, written)
+                return chosen.provider, key, chosen.reason, now
+            known[key] = circuits.read(conn, [key])[key]
+            if known[key][0].state != "closed":
+                lost.add(chosen.provider)
+        raise AssertionError("unreachable: the last provider is taken once refused")
+
+    def _give_back_probes(
+        self,
+        claimed: list[Claimed],
+        admitted: list[Claimed],
+        vias: dict[UUID, Via | Outcome],
+        routes: dict[UUID, _Routed],
+        config: ActionTypeConfig,
+    ) -> None:
+        """Rows routed and then not to be sent (held by a rate limit, handed back unsent)
+        leave their route; a probe one of them took is given back at once, conditionally,
+        for the next row to take, rather than left out until it is lost."""
+        sent = {action.id for action in admitted}
+        given: list[_Routed] = []
+        for action in claimed:
+            routed = routes.get(action.id)
+            if routed is None:
+                continue
+            if action.id not in sent:
+                routes.pop(action.id)
+            elif isinstance(vias.get(action.id), Via | None):
+                continue
+            if routed.probe_taken_at is not None:
+                given.append(routed)
+        for routed in given:
+            assert routed.probe_taken_at is not None
+            try:
+                circuits.update(
+                    self.runtime.db.connection(), routed.circuit,
+                    partial(give_back, taken_at=routed.probe_taken_at),
+                )  # fmt: skip
+            except INFRASTRUCTURE_ERRORS:
+                # The probe is then lost after its timeout, and taken again.
+                logger.warning("could not give a circuit's probe back", extra={
+                    "provider": routed.name})  # fmt: skip
+                self.runtime.db.close()
+                return
+            except RuntimeError:
+                logger.warning("a provider circuit kept changing", extra={"provider": routed.name})
+
+    def _update_circuits(
+        self, answers: dict[CircuitKey, WaveAnswers], failover: FailoverConfig, now: datetime
+    ) -> int:
+        """The wave's answers into its circuits, one conditional write per circuit that
+        changes (none while a provider answers and its circuit is closed). Returns how many
+        it opened."""
+        policy = circuit_policy(failover, self.settings)
+        opened = 0
+        for key, seen in sorted(answers.items()):
+            try:
+                circuit = circuits.update(
+                    self.runtime.db.connection(), key,
+                    partial(after_wave, policy=policy, answers=seen, now=now),
+                )  # fmt: skip
+            except INFRASTRUCTURE_ERRORS:
+                # The outcomes are written; a circuit missing one wave's answers only opens
+                # or closes a wave later.
+                logger.warning("could not update a provider circuit", extra={"provider": key[0]})
+                self.runtime.db.close()
+                break
+            except RuntimeError:
+                logger.warning("a provider circuit kept changing", extra={"provider": key[0]})
+                continue
+            if circuit.state == "open" and circuit.opened_at == now:
+                logger.warning("provider circuit opened", extra={"provider": key[0]})
+                opened += 1
+        return opened
+
+    def _send_again_soon(self, ids: list[UUID]) -> None:
+        """Rows handed back to a window within the look-ahead go to their queue now."""
+        if not ids:
+            return
+        try:
+            enqueue_soon(
+                self.runtime.db.connection(), self.runtime.queues, ids, self.settings, self.clock()
+            )
+        except INFRASTRUCTURE_ERRORS:
+            # They are queued and in no queue: the tick sends them when they are due.
+            logger.warning("could not re-send throttled rows now; the tick will")
+            self.runtime.db.close()
 
     def _call(
         self,
@@ -622,24 +1051,47 @@ class Dispatcher:
             completions.put(_Completed(action, outcome, called_at, time.time(), called))
 
     def _settle(
-        self, done: list[_Completed], provider: Provider, summary: DispatchSummary, end: float
+        self,
+        done: list[_Completed],
+        provider: Provider,
+        summary: DispatchSummary,
+        end: float,
+        config: ActionTypeConfig | None = None,
+        routes: dict[UUID, _Routed] | None = None,
     ) -> list[UUID]:
         """Decide and finalize one wave of completed calls; requeued rows due soon are sent
-        again at once. Returns the ids whose outcome could not be written."""
+        again at once. Returns the ids whose outcome could not be written. A type with
+        fallback providers records which provider each call went to, and its circuits."""
         now = self.clock()
         finalizations = []
         ledger = self.settings.attempts_ledger
+        routes = routes if routes is not None else {}
         for completed in done:
             summary.lags.append(completed.called_at - completed.action.due_at.timestamp())
+            routed = routes.get(completed.action.id)
             finalization = decide_safely(
                 completed.action,
                 completed.outcome,
-                provider.idempotent,
+                (routed.provider if routed is not None else provider).idempotent,
                 self.settings,
                 now,
                 self.rand,
             )
-            if ledger and completed.called and not isinstance(completed.outcome, Delivered):
+            if ledger and completed.called and routed is not None:
+                call = attempt_of(
+                    completed.outcome, completed.action.attempt_count, completed.called_at,
+                    completed.finished_at,
+                )  # fmt: skip
+                if call is None and isinstance(completed.outcome, Delivered):
+                    # Which provider sent is the ledger's to tell (the row cannot).
+                    call = Attempt(
+                        completed.action.attempt_count, completed.called_at,
+                        completed.finished_at, "delivered",
+                    )  # fmt: skip
+                if call is not None:
+                    call = replace(call, provider=routed.name, failover_reason=routed.reason)
+                    finalization = finalization._replace(attempt=call)
+            elif ledger and completed.called and not isinstance(completed.outcome, Delivered):
                 call = attempt_of(
                     completed.outcome, completed.action.attempt_count, completed.called_at,
                     completed.finished_at,
@@ -648,6 +1100,18 @@ class Dispatcher:
                     finalization = finalization._replace(attempt=call)
             finalizations.append(finalization)
         unwritten = self._finalize(finalizations, end)
+        if config is not None and config.failover is not None:
+            answers = wave_answers(done, routes)
+            # A provider that answered through a closed, clean circuit changes nothing: no
+            # statement for a healthy wave.
+            clean = {r.circuit for r in routes.values() if r.read == Circuit()}
+            changing = {k: a for k, a in answers.items() if a.failed or k not in clean}
+            summary.failed_over += sum(
+                1 for c in done if c.called and (r := routes.get(c.action.id)) and r.reason
+            )
+            summary.circuits_opened += self._update_circuits(changing, config.failover, now)
+        for completed in done:
+            routes.pop(completed.action.id, None)
         written = [f for f in finalizations if f.action_id not in unwritten]
         summary.unwritten += len(unwritten)
         summary.finalizes += 1 if written else 0
@@ -791,6 +1255,9 @@ def emit_metrics(summary: DispatchSummary, action_type: str | None = None) -> No
             "Requeued": summary.requeued,
             "Reverted": summary.reverted,
             "Paused": summary.paused,
+            "Throttled": summary.throttled,
+            "FailedOver": summary.failed_over,
+            "CircuitsOpened": summary.circuits_opened,
             "Failed": sum(summary.failed.values()),
             "OutcomesUnwritten": summary.unwritten,
         },

@@ -1,5 +1,7 @@
-"""The reconciler's pass (every minute): schedule intents reconciled, drip enrollments
-advanced, and the stats rollup's watermark moved up to what has finished.
+"""The reconciler's pass (every minute): schedule intents reconciled with scheduled_actions.
+
+The drip advance (engine/drips.py) and the stats rollup (engine/rollup.py) run in Lambdas of
+their own, so a failure in one of the three does not skip the others.
 """
 
 from __future__ import annotations
@@ -8,14 +10,9 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tickwork import rollup
 from tickwork.intents.reconcile import emit_metrics, reconcile_changed
 from tickwork.platform.observability import logger, run_budget
-from tickwork.platform.queues.enqueue import enqueue_soon
-from tickwork.platform.wallclock import utcnow
 from tickwork.runtime import Runtime
-from tickwork.sequences.store import advance_ready
-from tickwork.sequences.store import emit_metrics as emit_advance
 
 # Left for the Lambda to return its summary and flush metrics after the budget ends.
 RECONCILE_MARGIN_SECONDS = 5.0
@@ -30,14 +27,4 @@ def handle_reconcile(context: LambdaContext, runtime: Runtime) -> dict[str, Any]
     )
     emit_metrics(summary)
     logger.info("reconcile", extra=summary.as_dict())
-    # Drip enrollments are producers' state too: their next steps are made here.
-    advanced = advance_ready(runtime.db.connection(), runtime.settings, utcnow())
-    emit_advance(advanced)
-    if advanced.made:
-        enqueue_soon(runtime.db.connection(), runtime.queues, advanced.made, runtime.settings)
-    # The stats rollup's watermark moves up to what has finished (tickwork.rollup).
-    rolled = rollup.advance(runtime.db.connection())
-    return summary.as_dict() | {
-        "sequences": advanced.as_dict(),
-        "rollup": rolled.as_dict(),
-    }
+    return summary.as_dict()

@@ -15,8 +15,14 @@ asks it, every minute and on an admin's request:
 
 Every transition is one conditional statement naming the state read (failed, the code,
 the attempt number), which also writes the ledger entry: two resolvers racing on a row
-settle it once; the loser sees it changed (`raced`). Providers without a lookup (SES,
-Twilio) are never asked: their rows stay for a person, as before.
+settle it once; the loser sees it changed (`raced`). A message found whose provider id is
+already another action's (lookups that match by content can find a twin's) settles
+nothing. Providers without a lookup (SES) are never asked: their rows stay for a person.
+
+A type with fallback providers (docs/failover.md) is asked exactly so, of the provider its
+attempt named, through that attempt's connection: the dispatcher records both before the
+call (migration 0034), so a row whose dispatcher died names them too. An attempt recorded
+without its provider (before that) is left for a person.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
 
@@ -34,6 +40,7 @@ from psycopg.rows import dict_row
 
 from tickwork import connections
 from tickwork.actions.model import Action, action_from_row
+from tickwork.ledger.attempts import route_of as attempt_route
 from tickwork.platform.db import Connection
 from tickwork.platform.observability import emit, logger, run_budget
 from tickwork.platform.queues.enqueue import enqueue_soon
@@ -47,6 +54,7 @@ _CANDIDATES = query("unresolved_actions")
 _DELIVERED = query("resolve_delivered")
 _REQUEUED = query("resolve_requeued")
 _UNRESOLVED = query("resolve_unresolved")
+_ANOTHER_ACTIONS = query("provider_id_of_another_action")
 
 # error_code of the rows that may have arrived (dispatch.decide, tick.recover_stuck).
 UNSETTLED = frozenset({"ambiguous", "stuck"})
@@ -68,7 +76,7 @@ class Resolution:
 @dataclass
 class ResolveSummary:
     examined: int = 0
-    # By provider name (the action type's provider), for the metrics' dimension.
+    # By provider name (the one asked), for the metrics' dimension.
     delivered: dict[str, int] = field(default_factory=dict)
     requeued: dict[str, int] = field(default_factory=dict)
     unresolved: dict[str, int] = field(default_factory=dict)
@@ -95,23 +103,102 @@ class ResolveSummary:
         }
 
 
-def lookup_for(runtime: Runtime, action_type: str) -> Lookup | None:
-    """The action type's lookup; None when its provider has none (or cannot be built)."""
+@dataclass(frozen=True)
+class Askable:
+    """The providers of one action type that can be asked, by name. `routed`: the type has
+    fallback providers, so each row is asked of the provider its attempt named."""
+
+    lookups: dict[str, Lookup]
+    routed: bool = False
+
+
+@dataclass(frozen=True)
+class Asked:
+    """Whom one row's attempt is asked about: the provider it called, its lookup, and the
+    connection it went through (None: the provider's stack-wide options)."""
+
+    provider: str
+    lookup: Lookup
+    connection_id: UUID | None
+
+
+def lookup_for(runtime: Runtime, action_type: str, provider: str | None = None) -> Lookup | None:
+    """The lookup of the action type's provider, or of its fallback provider `provider`;
+    None when that provider has none (or cannot be built)."""
+    config = runtime.settings.action_types.get(action_type)
     try:
+        if config is not None and provider is not None and provider != config.provider:
+            return lookup_of(runtime.providers.for_fallback(action_type, provider))
         return lookup_of(runtime.providers.for_action_type(action_type))
     except Exception:
-        logger.exception("provider cannot be built", extra={"action_type": action_type})
+        logger.exception("provider cannot be built", extra={"action_type": action_type,
+                                                           "provider": provider})  # fmt: skip
         return None
 
 
-def lookups(runtime: Runtime) -> dict[str, Lookup]:
-    """The action types whose provider can be asked, and its lookup."""
-    found: dict[str, Lookup] = {}
+def askable_for(runtime: Runtime, action_type: str) -> Askable | None:
+    """The type's providers that can be asked; None when none can."""
+    config = runtime.settings.action_types.get(action_type)
+    if config is None:
+        return None
+    names = config.providers if config.failover is not None else (config.provider,)
+    found = {n: lk for n in names if (lk := lookup_for(runtime, action_type, n)) is not None}
+    return Askable(found, config.failover is not None) if found else None
+
+
+def lookups(runtime: Runtime) -> dict[str, Askable]:
+    """The action types some provider of which can be asked, and those providers' lookups."""
+    found: dict[str, Askable] = {}
     for action_type in runtime.settings.action_types:
-        lookup = lookup_for(runtime, action_type)
-        if lookup is not None:
-            found[action_type] = lookup
+        askable = askable_for(runtime, action_type)
+        if askable is not None:
+            found[action_type] = askable
     return found
+
+
+def asked_of(
+    conn: Connection, runtime: Runtime, action: Action, askable: Askable | None
+) -> Asked | str:
+    """Whom to ask about the row's attempt, or why nobody can be asked (a person decides).
+    A type with fallback providers asks the provider its attempt's ledger entry names,
+    through the connection recorded with it (before the call: docs/failover.md)."""
+    config = runtime.settings.action_types.get(action.action_type)
+    first = config.provider if config is not None else action.action_type
+    if askable is None or config is None:
+        return (
+            f"the {first} provider offers no way to ask whether a message arrived: check with"
+            " the provider, then retry or leave it"
+        )
+    route = attempt_route(conn, action.id, action.attempt_count)
+    if not askable.routed:
+        if route is not None and route.provider not in (None, first):
+            return (
+                f"the attempt went to {route.provider}, no longer a provider of this type:"
+                f" asking {first} could call absent what it sent; check with {route.provider},"
+                " then retry or leave it"
+            )
+        return Asked(first, askable.lookups[first], action.connection_id)
+    if route is None or route.provider is None:
+        return (
+            "the attempt was recorded without the provider it called (before providers were"
+            " recorded, or its dispatcher died before choosing one): check with each"
+            " provider, then retry or leave it"
+        )
+    lookup = askable.lookups.get(route.provider)
+    if lookup is None:
+        return (
+            f"the attempt went to {route.provider}, which offers no way to ask whether a"
+            " message arrived: check with it, then retry or leave it"
+        )
+    connection_id = route.connection_id
+    if connection_id is None and action.connection_id is not None:
+        if route.provider != first:
+            return (
+                f"the {route.provider} connection the attempt went through was not recorded:"
+                " check with that provider, then retry or leave it"
+            )
+        connection_id = action.connection_id  # the first provider: the row's own
+    return Asked(route.provider, lookup, connection_id)
 
 
 def _detail(text: str) -> str:
@@ -120,25 +207,25 @@ def _detail(text: str) -> str:
     return sanitize(text, limit=MAX_DETAIL)
 
 
-def _via(conn: Connection, runtime: Runtime, action: Action) -> Via | str | None:
-    """The connection to ask through (as the dispatcher sends through it), None for rows
-    that name none, or why it cannot be used."""
-    if action.connection_id is None:
+def _via(conn: Connection, runtime: Runtime, action: Action, asked: Asked) -> Via | str | None:
+    """The connection to ask through (as the dispatcher sent through it), None for the
+    provider's stack-wide options, or why it cannot be used."""
+    if asked.connection_id is None:
         return None
-    found = connections.load(conn, [action.connection_id]).get(action.connection_id)
-    provider = runtime.settings.action_types[action.action_type].provider
+    found = connections.load(conn, [asked.connection_id]).get(asked.connection_id)
     via = connections.via_for(
-        action.workspace_id, action.connection_id, found, provider, runtime.secrets
+        action.workspace_id, asked.connection_id, found, asked.provider, runtime.secrets
     )
     if isinstance(via, Via):
         return via
     return f"its connection cannot be used: {getattr(via, 'message', 'unavailable')}"
 
 
-def _ask(conn: Connection, runtime: Runtime, action: Action, lookup: Lookup) -> LookupResult:
-    via = _via(conn, runtime, action)
+def _ask(conn: Connection, runtime: Runtime, action: Action, asked: Asked) -> LookupResult:
+    via = _via(conn, runtime, action, asked)
     if isinstance(via, str):
         return Unknown(via)
+    lookup = asked.lookup
     try:
         return lookup.lookup(action) if via is None else lookup.lookup(action, via)
     except Exception as exc:
@@ -164,6 +251,14 @@ def _changed(conn: Connection, sql: Any, params: dict[str, Any]) -> bool:
         return conn.execute(sql, params).fetchone() is not None
 
 
+def _another_actions(conn: Connection, action: Action, provider_id: str | None) -> bool:
+    """Whether the provider id found is already another action's (through the connection)."""
+    if provider_id is None or action.connection_id is None:
+        return False
+    params = {"connection_id": action.connection_id, "provider_id": provider_id, "id": action.id}
+    return conn.execute(_ANOTHER_ACTIONS, params).fetchone() is not None
+
+
 def _unresolved(conn: Connection, action: Action, detail: str) -> Resolution:
     detail = _detail(detail)
     if _changed(conn, _UNRESOLVED, _params(action) | {"detail": detail}):
@@ -172,18 +267,24 @@ def _unresolved(conn: Connection, action: Action, detail: str) -> Resolution:
 
 
 def resolve_action(
-    conn: Connection, runtime: Runtime, action: Action, lookup: Lookup, age_seconds: float
+    conn: Connection, runtime: Runtime, action: Action, asked: Asked, age_seconds: float
 ) -> Resolution:
     """Ask the provider about one row failed ambiguous or stuck, and act on its answer."""
     if action.status != "failed" or action.error_code not in UNSETTLED:
         return Resolution("raced", f"the row is {action.status}, not failed ambiguous or stuck")
+    lookup = asked.lookup
     retention = lookup.lookup_retention.total_seconds()
     if age_seconds > retention:
         return _unresolved(
             conn, action, f"the attempt is older than the provider's lookup retention"
             f" ({retention:.0f} s): it cannot tell any more",
         )  # fmt: skip
-    answer = _ask(conn, runtime, action, lookup)
+    answer = _ask(conn, runtime, action, asked)
+    if isinstance(answer, Found) and _another_actions(conn, action, answer.provider_id):
+        return _unresolved(
+            conn, action, f"the provider's message {answer.provider_id} is recorded for another"
+            " action: whether this attempt made one too cannot be told",
+        )  # fmt: skip
     if isinstance(answer, Found):
         detail = _detail(f"the provider has it{': ' + answer.detail if answer.detail else ''}")
         message = _detail(f"delivered (resolved with the provider: {detail})")
@@ -223,18 +324,31 @@ def resolve_action(
     return _unresolved(conn, action, f"the lookup could not tell: {answer.reason}")
 
 
+def _entries(types: dict[str, Askable]) -> list[tuple[str, str, bool, float]]:
+    """The candidate query's (action type, provider, routed, retention seconds): a type's
+    own provider, or each provider of a type with fallbacks that can be asked (only the
+    attempts that name it)."""
+    entries: list[tuple[str, str, bool, float]] = []
+    for action_type in sorted(types):
+        askable = types[action_type]
+        for name, lookup in sorted(askable.lookups.items()):
+            retention = lookup.lookup_retention.total_seconds()
+            entries.append((action_type, name, askable.routed, retention))
+    return entries
+
+
 def _pages(
-    conn: Connection, runtime: Runtime, types: dict[str, Lookup]
+    conn: Connection, runtime: Runtime, types: dict[str, Askable]
 ) -> Iterator[list[tuple[Action, float]]]:
     settings = runtime.settings
-    names = sorted(types)
+    entries = _entries(types)
     after_at, after_id = datetime(1970, 1, 1, tzinfo=UTC), UUID(int=0)
     while True:
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(
                 _CANDIDATES,
-                {"action_types": names,
-                 "retention_seconds": [types[n].lookup_retention.total_seconds() for n in names],
+                {"action_types": [e[0] for e in entries], "providers": [e[1] for e in entries],
+                 "routed": [e[2] for e in entries], "retention_seconds": [e[3] for e in entries],
                  "after_at": after_at, "after_id": after_id,
                  "recheck_seconds": settings.resolve_recheck_seconds,
                  "limit": settings.resolve_batch_size},
@@ -250,7 +364,8 @@ def resolve_unsettled(
 ) -> ResolveSummary:
     """The cron's pass: every row failed ambiguous or stuck that a lookup can still answer
     for, oldest attempt first, until none is left or the budget is spent. Rows requeued are
-    handed to their queue at once."""
+    handed to their queue at once. A row of a type with fallback providers is asked of the
+    provider its attempt named."""
     settings = runtime.settings
     started = time.monotonic()
     deadline = started + (budget_seconds or settings.resolve_budget_seconds)
@@ -261,15 +376,20 @@ def resolve_unsettled(
             for action, age in page:
                 if time.monotonic() >= deadline:
                     break
-                resolution = resolve_action(conn, runtime, action, types[action.action_type], age)
-                provider = settings.action_types[action.action_type].provider
-                summary.count(provider, resolution)
+                asked = asked_of(conn, runtime, action, types.get(action.action_type))
+                if isinstance(asked, str):
+                    # Changed since the page was read (the query takes only askable rows).
+                    summary.raced += 1
+                    summary.examined += 1
+                    continue
+                resolution = resolve_action(conn, runtime, action, asked, age)
+                summary.count(asked.provider, resolution)
                 if resolution.verdict == "requeued":
                     summary.requeued_ids.append(action.id)
                 logger.info(
                     "resolved" if resolution.verdict in ("delivered", "requeued") else "unresolved",
                     extra={"action_id": str(action.id), "verdict": resolution.verdict,
-                           "detail": resolution.detail},
+                           "provider": asked.provider, "detail": resolution.detail},
                 )  # fmt: skip
             if time.monotonic() >= deadline:
                 break
@@ -287,17 +407,19 @@ def resolve_one(conn: Connection, runtime: Runtime, action: Action) -> Resolutio
             f"only actions failed as ambiguous or stuck can be resolved; this one is"
             f" {action.status}{'/' + action.error_code if action.error_code else ''}"
         )
-    lookup = lookups(runtime).get(action.action_type)
-    if lookup is None:
-        provider = runtime.settings.action_types.get(action.action_type)
-        name = provider.provider if provider is not None else action.action_type
-        return (
-            f"the {name} provider offers no way to ask whether a message arrived: check with"
-            " the provider, then retry or leave it"
-        )
+    asked = asked_of(conn, runtime, action, askable_for(runtime, action.action_type))
+    if isinstance(asked, str):
+        return asked
     submitted = action.submitted_at or action.finished_at or utcnow()
     age = (utcnow() - submitted).total_seconds()
-    return resolve_action(conn, runtime, action, lookup, age)
+    return resolve_action(conn, runtime, action, asked, age)
+
+
+def retention_of(conn: Connection, runtime: Runtime, action: Action) -> timedelta | None:
+    """How long the provider a failed ambiguous or stuck row's attempt called keeps it
+    (for `why`); None when nobody can be asked."""
+    asked = asked_of(conn, runtime, action, askable_for(runtime, action.action_type))
+    return None if isinstance(asked, str) else asked.lookup.lookup_retention
 
 
 # ------------------------------------------------------------------------ the Lambda

@@ -10,18 +10,23 @@ the two leaves its rows unmarked (the rollback), and the worst a crash can cost 
 duplicate message, which the dispatcher's conditional claim absorbs. A row whose send
 failed is un-marked before the commit; a row whose message was lost later is found again
 after the redelivery timeout.
+
+Each run's summary names what it did to which rows (id, type, outcome), up to
+`tick_summary_items` entries and a count of those left out, as one JSON log line.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
+from uuid import UUID
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from tickwork import events
 from tickwork.platform.config import Settings
 from tickwork.platform.db import Connection
 from tickwork.platform.observability import emit, logger, run_budget
@@ -44,17 +49,38 @@ _EXPIRE_LATE = query("expire_late")
 
 EXPIRY_BATCH = 5000
 
+# What a tick did to a row: handed to its queue; its send refused (un-marked, the next tick
+# tries again); failed as stuck (claimed, no outcome within the stuck timeout); failed as
+# expired (later than its type's max lateness); un-marked because its message was lost.
+ItemOutcome = Literal["enqueued", "send_failed", "stuck", "expired", "redelivered"]
+RowRef = tuple[UUID, str]  # (id, action type)
+
 
 @dataclass
 class TickSummary:
     dispatch_enabled: bool = True
+    # The most per-row entries kept; beyond it rows are only counted (items_omitted), so a
+    # burst of 100k rows still logs one line of bounded size.
+    max_items: int = 100
+    items: list[dict[str, str]] = field(default_factory=list)
+    items_omitted: int = 0
     enqueued: dict[str, int] = field(default_factory=dict)
     recovered: int = 0
     expired: int = 0
     redelivered: int = 0
+    events: int = 0  # outcome-event outbox entries turned into event rows
     send_failures: int = 0
     passes: int = 0
     elapsed_seconds: float = 0.0
+
+    def note(self, rows: Sequence[RowRef], outcome: ItemOutcome) -> None:
+        room = self.max_items - len(self.items)
+        # Past the bound a burst's rows are only counted: no per-row work on the hot path.
+        self.items.extend(
+            {"id": str(action_id), "type": action_type, "outcome": outcome}
+            for action_id, action_type in rows[: max(room, 0)]
+        )
+        self.items_omitted += max(len(rows) - max(room, 0), 0)
 
     @property
     def due(self) -> int:
@@ -70,23 +96,36 @@ class TickSummary:
             "recovered": self.recovered,
             "expired": self.expired,
             "redelivered": self.redelivered,
+            "events": self.events,
             "send_failures": self.send_failures,
             "passes": self.passes,
             "elapsed_seconds": round(self.elapsed_seconds, 3),
+            "items": list(self.items),
+            "items_omitted": self.items_omitted,
         }
 
 
 def recover_stuck(conn: Connection, settings: Settings) -> int:
+    return len(recover_stuck_rows(conn, settings))
+
+
+def recover_stuck_rows(conn: Connection, settings: Settings) -> list[RowRef]:
     rows = conn.execute(
         _RECOVER_STUCK,
         {"stuck_timeout": settings.stuck_timeout_seconds,
          "due_within": settings.in_flight_due_within()},
     ).fetchall()  # fmt: skip
-    return len(rows)
+    return [(row[0], row[1]) for row in rows]
 
 
 def expire_late(conn: Connection, settings: Settings, action_types: Iterable[str]) -> int:
-    expired = 0
+    return len(expire_late_rows(conn, settings, action_types))
+
+
+def expire_late_rows(
+    conn: Connection, settings: Settings, action_types: Iterable[str]
+) -> list[RowRef]:
+    expired: list[RowRef] = []
     for name in action_types:
         config = settings.action_types[name]
         if config.max_lateness_seconds is None:
@@ -97,19 +136,23 @@ def expire_late(conn: Connection, settings: Settings, action_types: Iterable[str
                 {"action_type": name, "max_lateness": config.max_lateness_seconds,
                  "batch_size": EXPIRY_BATCH},
             ).fetchall()  # fmt: skip
-            expired += len(rows)
+            expired.extend((row[0], name) for row in rows)
             if len(rows) < EXPIRY_BATCH:
                 break
     return expired
 
 
 def release_lost(conn: Connection, settings: Settings) -> int:
+    return len(release_lost_rows(conn, settings))
+
+
+def release_lost_rows(conn: Connection, settings: Settings) -> list[RowRef]:
     rows = conn.execute(
         _RELEASE_LOST,
         {"redelivery_timeout": settings.redelivery_timeout_seconds,
          "due_within": settings.in_flight_due_within()},
     ).fetchall()  # fmt: skip
-    return len(rows)
+    return [(row[0], row[1]) for row in rows]
 
 
 def release_enqueued(conn: Connection, settings: Settings) -> int:
@@ -123,6 +166,22 @@ def release_enqueued(conn: Connection, settings: Settings) -> int:
     return len(rows)
 
 
+def pump_events(conn: Connection, deadline: float) -> int:
+    """Outcome events from the outbox into event rows, before the pass that enqueues due
+    rows (so they go out in this tick). Its failure is logged and left to the next tick:
+    the outbox keeps every entry, and the tick's own work must go on."""
+    pumped = 0
+    try:
+        while time.monotonic() < deadline:
+            taken = events.pump(conn)
+            pumped += taken
+            if taken < events.PUMP_BATCH:
+                break
+    except Exception:
+        logger.exception("outcome events could not be pumped; the next tick tries again")
+    return pumped
+
+
 def run_tick(
     conn: Connection,
     queues: QueuePort,
@@ -133,13 +192,22 @@ def run_tick(
 ) -> TickSummary:
     started = time.monotonic()
     deadline = started + (budget_seconds or settings.tick_budget_seconds)
-    summary = TickSummary(dispatch_enabled=settings.dispatch_enabled)
+    summary = TickSummary(
+        dispatch_enabled=settings.dispatch_enabled, max_items=settings.tick_summary_items
+    )
     if not settings.dispatch_enabled:
         return summary
     action_types = active_action_types(settings)
-    summary.recovered = recover_stuck(conn, settings)
-    summary.expired = expire_late(conn, settings, action_types)
-    summary.redelivered = release_lost(conn, settings)
+    recovered = recover_stuck_rows(conn, settings)
+    summary.recovered = len(recovered)
+    summary.note(recovered, "stuck")
+    expired = expire_late_rows(conn, settings, action_types)
+    summary.expired = len(expired)
+    summary.note(expired, "expired")
+    redelivered = release_lost_rows(conn, settings)
+    summary.redelivered = len(redelivered)
+    summary.note(redelivered, "redelivered")
+    summary.events = pump_events(conn, deadline)
     lookahead = timedelta(seconds=settings.lookahead_seconds)
     # Rows behind the cursor that become due meanwhile (a backoff, a late creation) were
     # handed to their queue by enqueue_soon, or are the next run's first pass.
@@ -157,6 +225,9 @@ def run_tick(
         summary.passes += 1
         for action_type, count in sent.items():
             summary.enqueued[action_type] = summary.enqueued.get(action_type, 0) + count
+        refused = set(failed)
+        summary.note([(r.id, r.action_type) for r in rows if r.id in refused], "send_failed")
+        summary.note([(r.id, r.action_type) for r in rows if r.id not in refused], "enqueued")
         if failed:
             # The queue is refusing: leave the rest for the next tick rather than spin.
             summary.send_failures += len(failed)

@@ -54,6 +54,7 @@ from tickwork.platform.queues.enqueue import enqueue_soon
 from tickwork.platform.queues.port import QueuePort
 from tickwork.platform.sql import query
 from tickwork.platform.wallclock import require_aware, resolve_wall_time, zone
+from tickwork.recipients.policy import zone_for
 
 _CANDIDATES = query("intents_to_reconcile")
 _LOCK = query("lock_intent")
@@ -107,10 +108,13 @@ class Intent:
     updated_by: str | None
     created_at: datetime
     updated_at: datetime
+    recipient_id: str | None = None  # its rows are messages to this recipient
+    transactional: bool = False  # exempt from the recipient's quiet hours and caps
 
     def instant(self, workspace_timezone: str) -> datetime:
         """The UTC instant the intent asks for; a wall time with no zone of its own is read
-        in the workspace's zone (by wallclock's gap/overlap rule)."""
+        in `workspace_timezone`: the default zone (`default_zone`: the recipient's, when
+        there is a recipient, else the workspace's), by wallclock's gap/overlap rule."""
         if self.publish_at is not None:
             return require_aware(self.publish_at)
         # The table's CHECK: no publish_at means a wall date and time.
@@ -119,6 +123,19 @@ class Intent:
         return resolve_wall_time(
             self.wall_date, self.wall_time, zone(self.timezone or workspace_timezone)
         )
+
+
+def default_zone(conn: Connection, intent: Intent, workspace_timezone: str) -> str:
+    """The zone the intent's wall time is read in when it gives none: its recipient's (an
+    unknown recipient is `unknown_recipient`), else the workspace's. Looked up only when
+    it matters, so an unscheduled intent whose recipient is gone still withdraws its rows."""
+    if intent.state != "scheduled" or intent.wall_date is None or intent.timezone is not None:
+        return workspace_timezone
+    zone_name, _ = zone_for(
+        conn, intent.workspace_id, given=None, recipient_id=intent.recipient_id,
+        workspace_zone=workspace_timezone,
+    )  # fmt: skip
+    return zone_name
 
 
 def intent_from_row(row: Mapping[str, Any]) -> Intent:
@@ -188,6 +205,8 @@ class Desired:
     target_key: str
     publish_at: datetime
     payload: dict[str, Any]
+    recipient_id: str | None = None
+    transactional: bool = False
 
     @property
     def key(self) -> Key:
@@ -235,9 +254,28 @@ def desired_actions(intent: Intent, workspace_timezone: str, settings: Settings)
         )
     instant = intent.instant(workspace_timezone)
     return [
-        Desired(intent.action_type, target, instant, intent.payload)
+        Desired(
+            intent.action_type,
+            target,
+            instant,
+            intent.payload,
+            intent.recipient_id,
+            intent.transactional,
+        )
         for target in sorted(intent.targets)
     ]
+
+
+def matches(row: Action, want: Desired) -> bool:
+    """Whether an active row is what the intent wants: asked for at its instant (quiet hours
+    may have moved the row; it was asked for at its original time), with its payload and
+    recipient."""
+    return (
+        (row.original_publish_at or row.publish_at) == want.publish_at
+        and row.payload == want.payload
+        and row.recipient_id == want.recipient_id
+        and row.transactional == want.transactional
+    )
 
 
 def owned(row: Action) -> bool:
@@ -286,7 +324,7 @@ def decide(
         return Insert(want)
     if active is None:
         return None
-    if want is not None and active.publish_at == want.publish_at and active.payload == want.payload:
+    if want is not None and matches(active, want):
         return None
     gate = protecting_gate(active)
     if gate is not None:
@@ -385,6 +423,8 @@ def _new_action(intent: Intent, want: Desired, rescheduled_from: UUID | None) ->
         source=INTENT_SOURCE,
         created_by=intent.updated_by,
         rescheduled_from=rescheduled_from,
+        recipient_id=want.recipient_id,
+        transactional=want.transactional,
     )
 
 
@@ -452,7 +492,8 @@ def reconcile_locked(
     inserted: list[UUID] = []
     sweep_at = now + timedelta(seconds=settings.reconcile_sweep_seconds)
     try:
-        plan = plan_thing(intent, workspace_timezone, rows, now, settings)
+        zone_name = default_zone(conn, intent, workspace_timezone)
+        plan = plan_thing(intent, zone_name, rows, now, settings)
     except InputError as exc:
         summary.invalid += 1
         logger.warning(

@@ -18,7 +18,7 @@ from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from typing import Any, LiteralString, cast
+from typing import Any, LiteralString, TypedDict, cast
 from uuid import UUID
 
 import psycopg
@@ -49,6 +49,8 @@ from tickwork.platform.wallclock import (
     resolve_wall_time,
     zone,
 )
+from tickwork.recipients.model import check_recipient_id
+from tickwork.recipients.policy import TimezoneFrom, zone_for
 
 _GET = query("get_intent")
 _WORKSPACE_TIMEZONE = query("workspace_timezone")
@@ -73,6 +75,8 @@ class IntentInput:
     publish_at: datetime | str | None = None
     payload: Mapping[str, Any] = field(default_factory=dict)
     state: str = "scheduled"
+    recipient_id: str | None = None
+    transactional: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,8 @@ class ValidIntent:
     publish_at: datetime | None
     payload: dict[str, Any]
     state: IntentState
+    recipient_id: str | None = None
+    transactional: bool = False
 
     def same_as(self, stored: Intent) -> bool:
         return (
@@ -98,17 +104,22 @@ class ValidIntent:
             and self.publish_at == stored.publish_at
             and self.payload == stored.payload
             and self.state == stored.state
+            and self.recipient_id == stored.recipient_id
+            and self.transactional == stored.transactional
         )
 
 
 @dataclass(frozen=True)
 class IntentView:
     """An intent with every row of its thing (any status, oldest first) and the instant it
-    resolves to now (None if its zone can no longer be read)."""
+    resolves to now (None if its zone can no longer be read); for a wall time, the zone it
+    is read in and where that zone came from."""
 
     intent: Intent
     actions: list[Action]
     instant: datetime | None
+    zone: str | None = None
+    timezone_from: TimezoneFrom | None = None
 
     @property
     def active(self) -> list[Action]:
@@ -212,7 +223,11 @@ def _check_window(instant: datetime, is_instant: bool, settings: Settings, now: 
 def validate_intent(
     given: IntentInput, settings: Settings, workspace_timezone: str, now: datetime
 ) -> ValidIntent:
-    """Check a declared intent against the rules a person can act on (pure: no I/O)."""
+    """Check a declared intent against the rules a person can act on (pure: no I/O).
+    `workspace_timezone`: the zone a wall time without one is read in (the recipient's,
+    when the intent has one; else the workspace's)."""
+    if given.recipient_id is not None:
+        check_recipient_id(given.recipient_id)
     if settings.action_type(given.action_type) is None:
         known = ", ".join(sorted(settings.action_types))
         raise UnknownActionTypeError(
@@ -250,6 +265,8 @@ def validate_intent(
         publish_at=publish_at,
         payload=payload,
         state=state,
+        recipient_id=given.recipient_id,
+        transactional=bool(given.transactional),
     )
 
 
@@ -292,11 +309,26 @@ def _reread(conn: Connection, intent: Intent) -> Intent:
     return found
 
 
-def _resolved(intent: Intent, workspace_timezone: str) -> datetime | None:
+class _Reading(TypedDict):
+    instant: datetime | None
+    zone: str | None
+    timezone_from: TimezoneFrom | None
+
+
+def _view(conn: Connection, intent: Intent, workspace_timezone: str) -> _Reading:
+    """The instant the intent means now, the zone its wall time is read in and where that
+    zone came from; the instant None when the zone can no longer be read (a recipient
+    deleted, a zone gone from tzdata)."""
+    if intent.publish_at is not None:
+        return _Reading(instant=require_aware(intent.publish_at), zone=None, timezone_from=None)
     try:
-        return intent.instant(workspace_timezone)
+        zone_name, origin = zone_for(
+            conn, intent.workspace_id, given=intent.timezone, recipient_id=intent.recipient_id,
+            workspace_zone=workspace_timezone,
+        )  # fmt: skip
+        return _Reading(instant=intent.instant(zone_name), zone=zone_name, timezone_from=origin)
     except InputError:
-        return None
+        return _Reading(instant=None, zone=None, timezone_from=None)
 
 
 def write_intent(
@@ -321,6 +353,8 @@ def write_intent(
         "payload": Jsonb(valid.payload),
         "state": valid.state,
         "updated_by": updated_by,
+        "recipient_id": valid.recipient_id,
+        "transactional": valid.transactional,
     }
     current = reconcile.lock_intent(conn, workspace_id, thing_id)
     if current is None:
@@ -359,7 +393,13 @@ def declare_intent(
     # The transaction rolls back before a database refusal becomes a domain error.
     with _database_rules(), conn.transaction():
         workspace_timezone = _workspace_timezone(conn, workspace_id)
-        valid = validate_intent(intent, settings, workspace_timezone, now)
+        # A wall time with no zone is read in the recipient's (an unknown one is refused
+        # here, before anything is written), else the workspace's.
+        default_zone, _ = zone_for(
+            conn, workspace_id, given=None, recipient_id=intent.recipient_id,
+            workspace_zone=workspace_timezone,
+        )  # fmt: skip
+        valid = validate_intent(intent, settings, default_zone, now)
         stored, created, changed = write_intent(
             conn, workspace_id, thing_id, valid, updated_by=updated_by
         )
@@ -367,7 +407,7 @@ def declare_intent(
         result = IntentResult(
             intent=_reread(conn, stored),
             actions=reconcile.thing_actions(conn, workspace_id, thing_id),
-            instant=_resolved(stored, workspace_timezone),
+            **_view(conn, stored, workspace_timezone),
             created=created,
             changed=changed,
             reconciled=summary,
@@ -404,7 +444,7 @@ def unschedule_intent(
         return IntentResult(
             intent=_reread(conn, current),
             actions=reconcile.thing_actions(conn, workspace_id, thing_id),
-            instant=_resolved(current, workspace_timezone),
+            **_view(conn, current, workspace_timezone),
             changed=changed,
             reconciled=summary,
         )
@@ -419,5 +459,5 @@ def get_intent(conn: Connection, workspace_id: UUID, thing_id: str) -> IntentVie
         return IntentView(
             intent=intent,
             actions=reconcile.thing_actions(conn, workspace_id, thing_id),
-            instant=_resolved(intent, _workspace_timezone(conn, workspace_id)),
+            **_view(conn, intent, _workspace_timezone(conn, workspace_id)),
         )

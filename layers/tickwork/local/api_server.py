@@ -25,7 +25,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from tickwork import console
 from tickwork.api import OPENAPI_PATH
+from tickwork.api.callbacks import is_callback
 from tickwork.api.errors import error_json, error_result, status_of
+from tickwork.api.unsubscribe import is_unsubscribe
 from tickwork.local.auth import LocalJwt
 from tickwork.local.handlers import LocalContext
 from tickwork.platform.errors import AuthenticationError
@@ -219,7 +221,11 @@ class ApiApp:
         try:
             claims = None
             path = urlsplit(request.target).path
-            if path not in PUBLIC_PATHS and not console.is_console(path):
+            public = (
+                path in PUBLIC_PATHS or console.is_console(path) or is_unsubscribe(path)
+                or is_callback(path)
+            )  # fmt: skip
+            if not public:
                 claims = self.jwt.verify(request.headers.get("authorization"))
             event = http_api_event(
                 request.method, request.target, request.headers, request.body, claims,

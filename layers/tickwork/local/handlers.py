@@ -18,7 +18,10 @@ from tickwork.platform.observability import logger
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
-LAMBDAS = ("api", "dispatcher", "expander", "migrate", "reconciler", "resolver", "tick")
+LAMBDAS = (
+    "api", "dispatcher", "drips", "expander", "migrate", "reconciler", "resolver", "retention",
+    "rollup", "tick",
+)  # fmt: skip
 
 
 @cache

@@ -2,10 +2,10 @@
 
 `--data-dir`, else `TICKWORK_DATA_DIR`, else the user data directory of the platform
 (`~/.local/share/tickwork` on Linux, `~/Library/Application Support/tickwork` on macOS).
-It holds the embedded Postgres (`pgdata/`), the key that signs local JWTs (`jwt-secret`)
-and, while `tickwork dev` runs, a record of it (`dev.json`: its pid and the URLs of its
-API, webhook receiver and provider sandbox) through which other commands find the running
-server.
+It holds the embedded Postgres (`pgdata/`), the key that signs local JWTs (`jwt-secret`),
+the key that signs unsubscribe links (`unsubscribe-key`) and, while `tickwork dev` runs, a
+record of it (`dev.json`: its pid and the URLs of its API, webhook receiver and provider
+sandbox) through which other commands find the running server.
 """
 
 from __future__ import annotations
@@ -35,12 +35,21 @@ def data_dir(explicit: str | Path | None = None) -> Path:
     return path
 
 
+def archive_dir(root: Path) -> Path:
+    """Where the local runtime's retention archives removed history (docs/retention.md)."""
+    return root / "archive"
+
+
 def pgdata(root: Path) -> Path:
     return root / "pgdata"
 
 
 def jwt_key_file(root: Path) -> Path:
     return root / "jwt-secret"
+
+
+def unsubscribe_key_file(root: Path) -> Path:
+    return root / "unsubscribe-key"
 
 
 def dev_record_file(root: Path) -> Path:

@@ -1,7 +1,7 @@
 """The local runtime: Tickwork whole in one process, through the same handlers Lambda runs.
 
-- the tick, reconciler and resolver (every minute) and expander (hourly) handlers on timers, as
-  EventBridge rules run them;
+- the tick, reconciler, drip advance, stats rollup and resolver (every minute) and expander
+  (hourly) handlers on timers, as EventBridge rules run them;
 - one in-process queue per action type, with delay, visibility timeout and redrive;
 - dispatcher workers that receive batches and call the dispatcher handler with
   Lambda-shaped SQS events, deleting what it did not report as failed;
@@ -32,16 +32,24 @@ from typing import Any, TypeVar
 from tickwork import runtime
 from tickwork.connections.secrets import MemorySecretStore, SecretStore
 from tickwork.engine import tick
-from tickwork.local import handlers
+from tickwork.local import handlers, paths
 from tickwork.local.api_server import ApiServer
-from tickwork.local.auth import LocalJwt
+from tickwork.local.auth import LocalJwt, unsubscribe_key
 from tickwork.local.errors import PortInUseError
 from tickwork.local.handlers import quiet_powertools
 from tickwork.local.receiver import ReceivedWebhook, WebhookReceiver
 from tickwork.local.sandbox import Arrival, ProviderSandbox, sandbox_action_types
 from tickwork.local.tick_process import TickProcessSpec, run_ticks
 from tickwork.platform import migrate
-from tickwork.platform.config import DEFAULT_ACTION_TYPES, ActionTypeConfig, Settings
+from tickwork.platform.archive import FolderArchiveStore
+from tickwork.platform.config import (
+    DEFAULT_ACTION_TYPES,
+    EVENT_ACTION_TYPE,
+    EVENT_TYPE_CONFIG,
+    ActionTypeConfig,
+    Settings,
+    check_unsubscribe_key,
+)
 from tickwork.platform.db import Database, SessionLimits, connect, local_api_login
 from tickwork.platform.queues.memory import InProcessQueue, InProcessQueues, Message
 from tickwork.platform.queues.shared import QueueHost, QueueService
@@ -64,7 +72,10 @@ TICK_TIMEOUT_SECONDS = 60.0
 EXPANDER_TIMEOUT_SECONDS = 300.0
 RECONCILER_TIMEOUT_SECONDS = 60.0
 RESOLVER_TIMEOUT_SECONDS = 60.0
-CRONS = ("tick", "expander", "reconciler", "resolver")
+DRIPS_TIMEOUT_SECONDS = 60.0
+ROLLUP_TIMEOUT_SECONDS = 60.0
+RETENTION_TIMEOUT_SECONDS = 300.0
+CRONS = ("tick", "expander", "reconciler", "drips", "rollup", "resolver", "retention")
 
 # A burst makes and drops a handful of objects per row by the hundred thousand (messages,
 # events, claimed rows, outcomes). At the collector's default (a pass every 700 allocations
@@ -82,6 +93,8 @@ def dev_action_types(
         for name, spec in sandbox_action_types(sandbox_url).items()
     } if sandbox_url else {}  # fmt: skip
     return sandboxed | {
+        # Outcome events to a workspace's endpoints: the engine's own type, its own queue.
+        EVENT_ACTION_TYPE: EVENT_TYPE_CONFIG,
         "webhook": ActionTypeConfig(
             provider="webhook",
             targets=frozenset({"primary"}),
@@ -160,6 +173,9 @@ class LocalRuntime:
         expander_interval: float = 3600.0,
         reconciler_interval: float = 60.0,
         resolver_interval: float = 60.0,
+        drips_interval: float = 60.0,
+        rollup_interval: float = 60.0,
+        retention_interval: float = 900.0,
         batch_size: int = 10,
         workers_per_type: int = 2,
         visibility_timeout: float = 6 * DISPATCHER_TIMEOUT_SECONDS,
@@ -180,6 +196,9 @@ class LocalRuntime:
         self.expander_interval = expander_interval
         self.reconciler_interval = reconciler_interval
         self.resolver_interval = resolver_interval
+        self.drips_interval = drips_interval
+        self.rollup_interval = rollup_interval
+        self.retention_interval = retention_interval
         self.batch_size = batch_size
         self.workers_per_type = workers_per_type
         self.receiver = bind_port(
@@ -217,6 +236,9 @@ class LocalRuntime:
             queues=self.queues,
             providers=ProviderRegistry(settings),
             secrets=secrets or MemorySecretStore(),
+            # The stack's bucket or a folder when configured, else one in the data directory.
+            archive=runtime.archive_of(settings)
+            or FolderArchiveStore(paths.archive_dir(paths.data_dir())),
         )
         self.jwt = jwt or LocalJwt()
         try:
@@ -228,6 +250,12 @@ class LocalRuntime:
             self.receiver.server.server_close()
             self.sandbox.server.server_close()
             raise
+        # Unsubscribe links point at this server unless the caller named a public URL, and
+        # are signed with the key kept in the data directory unless one was given.
+        self.settings = self.runtime.settings = settings.model_copy(update={
+            "public_api_url": settings.public_api_url or self.api.url,
+            "unsubscribe_key": check_unsubscribe_key(settings.unsubscribe_key or unsubscribe_key()),
+        })  # fmt: skip
         self._stop = threading.Event()
         self._wake = {name: threading.Event() for name in CRONS}
         self._threads: list[threading.Thread] = []
@@ -238,6 +266,9 @@ class LocalRuntime:
         self.expansions: list[dict[str, Any]] = []
         self.reconciliations: list[dict[str, Any]] = []
         self.resolutions: list[dict[str, Any]] = []
+        self.drip_advances: list[dict[str, Any]] = []
+        self.rollups: list[dict[str, Any]] = []
+        self.retentions: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> LocalRuntime:
@@ -250,7 +281,7 @@ class LocalRuntime:
             local_api_login(self.database_url), SessionLimits.of(self.runtime.settings)
         )
         # Load the handlers before anything runs, as a warm Lambda would have them.
-        for name in ("api", "tick", "dispatcher", "expander", "reconciler", "resolver"):
+        for name in ("api", "dispatcher", *CRONS):
             handlers.load(name)
         runtime.install(self.runtime)
         # The in-process queue starts empty: rows a previous run had enqueued are released
@@ -273,6 +304,12 @@ class LocalRuntime:
                     RECONCILER_TIMEOUT_SECONDS, self.reconciliations)  # fmt: skip
         self._spawn("resolver", self._cron, "resolver", self.resolver_interval,
                     RESOLVER_TIMEOUT_SECONDS, self.resolutions)  # fmt: skip
+        self._spawn("drips", self._cron, "drips", self.drips_interval,
+                    DRIPS_TIMEOUT_SECONDS, self.drip_advances)  # fmt: skip
+        self._spawn("rollup", self._cron, "rollup", self.rollup_interval,
+                    ROLLUP_TIMEOUT_SECONDS, self.rollups)  # fmt: skip
+        self._spawn("retention", self._cron, "retention", self.retention_interval,
+                    RETENTION_TIMEOUT_SECONDS, self.retentions)  # fmt: skip
         for action_type in self.settings.action_types:
             for worker in range(self.workers_per_type):
                 self._spawn(f"dispatch-{action_type}-{worker}", self._poll, action_type)

@@ -6,7 +6,8 @@ Paths: `/postmark/email`, `/twilio/2010-04-01/Accounts/<sid>/Messages.json`,
 `/slack/api/chat.postMessage`, `/mastodon/api/v1/statuses`, `/bluesky/xrpc/...`, and each
 provider's verify call. It keeps what arrived, so the lookups work locally too: Postmark's
 `/messages/outbound` search by metadata, Slack's `conversations.history` and
-`conversations.replies` (one page), Bluesky's `getRecord`.
+`conversations.replies` (one page), Bluesky's `getRecord`, Twilio's Messages list (one
+page), Mastodon's account statuses (with `max_id`) and a status's source.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.utils import format_datetime
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs
@@ -69,6 +71,8 @@ class ProviderSandbox:
         self._emails: list[dict[str, Any]] = []
         self._slack: list[dict[str, Any]] = []
         self._records: dict[tuple[str, str], dict[str, Any]] = {}
+        self._sms: list[dict[str, Any]] = []
+        self._statuses: list[dict[str, Any]] = []  # each with its source text under "_text"
         self._kept = threading.Lock()
         sandbox = self
 
@@ -115,7 +119,7 @@ class ProviderSandbox:
     def answer(self, method: str, path: str, raw: bytes, query: str = "") -> tuple[int, Any]:
         args = {k: v[0] for k, v in parse_qs(query).items()}
         with self._kept:
-            found = self._lookup(path, args)
+            found = self._lookup(path, args) if method == "GET" else None
         return found if found is not None else self.route(method, path, raw)
 
     def route(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
@@ -129,6 +133,12 @@ class ProviderSandbox:
             return 200, FIXED_ANSWERS[path]
         if path == "/postmark/email":
             summary = f"to {_short(body.get('To'), 40)}: {_short(body.get('Subject'))}"
+            # The one-click unsubscribe link, whole, so that it can be tried locally.
+            headers = {h.get("Name"): h.get("Value") for h in body.get("Headers") or []
+                       if isinstance(h, dict)}  # fmt: skip
+            link = headers.get("List-Unsubscribe")
+            if isinstance(link, str):
+                summary += f" (unsubscribe: {link.strip('<>')})"
             meta = body.get("Metadata") or {}
             self._arrived("email", summary, meta.get("tickwork_action_id"))
             message_id = str(uuid.uuid4())
@@ -141,7 +151,14 @@ class ProviderSandbox:
                          "ErrorCode": 0, "Message": "OK"}  # fmt: skip
         if re.fullmatch(r"/twilio/2010-04-01/Accounts/[^/]+/Messages\.json", path):
             self._arrived("sms", f"to {form.get('To')}: {_short(form.get('Body'))}", None)
-            return 201, {"sid": "SM" + uuid.uuid4().hex, "status": "queued", "to": form.get("To")}
+            sms = {"sid": "SM" + uuid.uuid4().hex, "status": "sent", "to": form.get("To"),
+                   "from": form.get("From") or "+15005550006", "body": form.get("Body"),
+                   "messaging_service_sid": form.get("MessagingServiceSid"),
+                   "direction": "outbound-api",
+                   "date_created": format_datetime(datetime.now(UTC))}  # fmt: skip
+            with self._kept:
+                self._sms.append(sms)
+            return 201, sms
         if re.fullmatch(r"/twilio/2010-04-01/Accounts/[^/]+\.json", path):
             return 200, {"sid": path.rsplit("/", 1)[1][:-5], "friendly_name": "Local sandbox",
                          "status": "active"}  # fmt: skip
@@ -158,8 +175,15 @@ class ProviderSandbox:
         if path == "/mastodon/api/v1/statuses":
             text = body.get("status") or form.get("status")
             self._arrived("mastodon", f"posted: {_short(text)}", None)
-            return 200, {"id": str(next(self._ids)), "content": text, "created_at": now,
-                         "url": f"{self.url}/mastodon/@local/{next(self._ids)}"}  # fmt: skip
+            status_id = str(next(self._ids))
+            status = {"id": status_id, "content": text, "created_at": now,
+                      "visibility": body.get("visibility") or "public",
+                      "spoiler_text": body.get("spoiler_text") or "",
+                      "in_reply_to_id": body.get("in_reply_to_id"), "edited_at": None,
+                      "reblog": None, "url": f"{self.url}/mastodon/@local/{status_id}"}  # fmt: skip
+            with self._kept:
+                self._statuses.append({**status, "_text": text})
+            return 200, status
         if path == "/bluesky/xrpc/com.atproto.server.createSession":
             return 200, {"did": "did:plc:localsandbox", "handle": body.get("identifier"),
                          "accessJwt": "local-access", "refreshJwt": "local-refresh"}  # fmt: skip
@@ -194,6 +218,22 @@ class ProviderSandbox:
                 and (m["thread_ts"] == thread or (thread is not None and m["ts"] == thread))
             ]  # fmt: skip
             return 200, {"ok": True, "messages": hits, "has_more": False}
+        if re.fullmatch(r"/twilio/2010-04-01/Accounts/[^/]+/Messages\.json", path):
+            hits = [m for m in reversed(self._sms) if m["to"] == args.get("To", m["to"])
+                    and m["from"] == args.get("From", m["from"])]  # fmt: skip
+            return 200, {"messages": hits, "page": 0, "next_page_uri": None}
+        if path == "/mastodon/api/v1/accounts/1/statuses":
+            older = [s for s in reversed(self._statuses)
+                     if "max_id" not in args or int(s["id"]) < int(args["max_id"])]  # fmt: skip
+            shown = [{k: v for k, v in s.items() if k != "_text"} for s in older]
+            return 200, shown[: int(args.get("limit", 20))]
+        source = re.fullmatch(r"/mastodon/api/v1/statuses/([0-9]+)/source", path)
+        if source:
+            kept = next((s for s in self._statuses if s["id"] == source.group(1)), None)
+            if kept is None:
+                return 404, {"error": "Record not found"}
+            return 200, {"id": kept["id"], "text": kept["_text"],
+                         "spoiler_text": kept["spoiler_text"]}  # fmt: skip
         if path == "/bluesky/xrpc/com.atproto.repo.getRecord":
             record = self._records.get((args.get("repo", ""), args.get("rkey", "")))
             if record is None:

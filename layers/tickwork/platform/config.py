@@ -12,10 +12,17 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tickwork.platform.errors import ConfigError
 
@@ -29,7 +36,88 @@ ACTION_TYPE_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
 # tolerance bounds how far ahead a claimed row's due time can be: the due-index ranges
 # that find claimed and enqueued rows (Settings.in_flight_due_within) end there.
 MAX_CLOCK_SKEW_TOLERANCE_SECONDS = 60.0
+DEFAULT_TICK_INTERVAL_SECONDS = 60
+# SQS's longest DelaySeconds: the tick cannot send a row further ahead than this.
+MAX_SQS_DELAY_SECONDS = 900
+
+
+def lookahead_for(tick_interval: Any) -> int:
+    """The look-ahead that follows a tick interval: twice it, at most SQS's longest delay.
+    An interval that is not a whole number is left to the field's own validation."""
+    try:
+        seconds = int(tick_interval if tick_interval is not None else DEFAULT_TICK_INTERVAL_SECONDS)
+    except (TypeError, ValueError):
+        seconds = DEFAULT_TICK_INTERVAL_SECONDS
+    return max(0, min(MAX_SQS_DELAY_SECONDS, 2 * seconds))
+
+
 MAX_ROWS_PER_MESSAGE = 500
+MIN_UNSUBSCRIBE_KEY_BYTES = 32
+
+
+RatePer = Literal["second", "minute", "hour"]
+PER_SECONDS: dict[str, int] = {"second": 1, "minute": 60, "hour": 3600}
+MAX_RATE_LIMITS = 3
+
+
+class RateLimit(BaseModel):
+    """At most `limit` sends a `per` (a window aligned to the second, minute or hour),
+    counted across every dispatcher: an action type's or a connection's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    limit: int = Field(gt=0, le=1_000_000)
+    per: RatePer
+
+    @property
+    def seconds(self) -> int:
+        return PER_SECONDS[self.per]
+
+    def scaled_to(self, seconds: int) -> int:
+        """How many this limit lets through in `seconds` (a forecast's bucket)."""
+        return self.limit * seconds // self.seconds
+
+    def words(self) -> str:
+        return f"{self.limit} {'an' if self.per == 'hour' else 'a'} {self.per}"
+
+
+def distinct_limits(limits: tuple[RateLimit, ...]) -> tuple[RateLimit, ...]:
+    """Limits with one per window length (the lowest wins), shortest window first."""
+    by_per: dict[str, RateLimit] = {}
+    for limit in limits:
+        kept = by_per.get(limit.per)
+        if kept is None or limit.limit < kept.limit:
+            by_per[limit.per] = limit
+    return tuple(sorted(by_per.values(), key=lambda limit: limit.seconds))
+
+
+MAX_FAILOVER_PROVIDERS = 3
+
+
+class FailoverProvider(BaseModel):
+    """A provider an action type falls back to, with its own options. A row that names a
+    connection is sent through the workspace's oldest active connection of this provider
+    (docs/failover.md); a row that names none, through these options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class FailoverConfig(BaseModel):
+    """Providers after the type's own, in order, and when a row moves to the next one: after
+    `threshold` transient answers of one provider for that row, or at once while that
+    provider's circuit is open (`circuit_failures` transient or ambiguous answers within
+    `circuit_window_seconds` open it for `circuit_cooldown_seconds`, then one probe)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    providers: tuple[FailoverProvider, ...] = Field(min_length=1, max_length=MAX_FAILOVER_PROVIDERS)
+    threshold: int = Field(default=2, ge=1, le=20)
+    circuit_failures: int = Field(default=5, ge=1, le=10_000)
+    circuit_window_seconds: float = Field(default=60.0, gt=0, le=86_400)
+    circuit_cooldown_seconds: float = Field(default=60.0, gt=0, le=86_400)
 
 
 class ActionTypeConfig(BaseModel):
@@ -44,7 +132,10 @@ class ActionTypeConfig(BaseModel):
     max_lateness_seconds: int | None = Field(default=None, gt=0)
     # Provider-specific options (endpoint, sender, ...); secrets are referenced, not inlined.
     options: dict[str, Any] = Field(default_factory=dict)
-    # The provider's hourly limit, shown against the forecast (GET /v1/forecast).
+    # At most this many sends a second, minute or hour of this type, across every
+    # dispatcher: rows over a limit are held back to a later window, never failed.
+    rate_limits: tuple[RateLimit, ...] = Field(default=(), max_length=MAX_RATE_LIMITS)
+    # The provider's hourly limit: a rate limit of this many an hour (the older spelling).
     quota_per_hour: int | None = Field(default=None, gt=0)
     # Rows of this type and one workspace due within 50 ms of each other (queues.port.
     # MESSAGE_WINDOW) share a queue message of up to this many ids (a burst at 09:00 sends
@@ -53,6 +144,30 @@ class ActionTypeConfig(BaseModel):
     # lower it for a slow provider, raise it for thousands a second. At most 500, so ten
     # messages stay within SendMessageBatch's 256 KiB.
     rows_per_message: int = Field(default=10, ge=1, le=MAX_ROWS_PER_MESSAGE)
+    # Attempts before a row fails as retry_exhausted (None: the settings' max_attempts).
+    max_attempts: int | None = Field(default=None, ge=1, le=100)
+    # Providers to fail over to when `provider` is down (docs/failover.md); None: none.
+    failover: FailoverConfig | None = None
+
+    @model_validator(mode="after")
+    def _failover_names_other_providers(self) -> ActionTypeConfig:
+        if self.failover is not None:
+            names = self.providers
+            if len(set(names)) != len(names):
+                raise ValueError(f"failover names a provider twice: {', '.join(names)}")
+        return self
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        """The providers that may send this type, in the order they are tried."""
+        fallbacks = self.failover.providers if self.failover is not None else ()
+        return (self.provider, *(f.provider for f in fallbacks))
+
+    @property
+    def limits(self) -> tuple[RateLimit, ...]:
+        """Every rate limit of the type, `quota_per_hour` included, one per window length."""
+        hourly = (RateLimit(limit=self.quota_per_hour, per="hour"),) if self.quota_per_hour else ()
+        return distinct_limits(self.rate_limits + hourly)
 
     @property
     def max_lateness(self) -> timedelta | None:
@@ -61,9 +176,18 @@ class ActionTypeConfig(BaseModel):
         return timedelta(seconds=self.max_lateness_seconds)
 
 
+# The engine's own type: outcome events to a workspace's endpoints (tickwork.events). It is
+# always configured, has its own queue (a dead endpoint holds up no other type), and retries
+# for longer than a provider type: 20 attempts with the backoff capped at 15 minutes span
+# hours, so an endpoint down for a while gets its events when it is back.
+EVENT_ACTION_TYPE = "event"
+EVENT_TYPE_CONFIG = ActionTypeConfig(provider="event", max_attempts=20)
+INTERNAL_ACTION_TYPES = frozenset({EVENT_ACTION_TYPE})
+
 DEFAULT_ACTION_TYPES: dict[str, ActionTypeConfig] = {
     "webhook": ActionTypeConfig(provider="webhook"),
     "log": ActionTypeConfig(provider="log"),
+    EVENT_ACTION_TYPE: EVENT_TYPE_CONFIG,
 }
 
 
@@ -99,13 +223,33 @@ class Settings(BaseModel):
     console_client_id: str | None = None
     console_scopes: str = "openid"
 
+    # Where the stack's API is reached from outside (https://api.example.com): the base of
+    # links sent in messages (one-click unsubscribe) and of callbacks providers are given.
+    # HTTPS, or plain HTTP on loopback (the local runtime's own server).
+    public_api_url: str | None = None
+    # The key that signs unsubscribe links (HMAC-SHA256), at least 32 bytes. In AWS it is
+    # read from a Secrets Manager secret (`unsubscribe_key_secret_arn`) when the runtime is
+    # built; locally it is made once and kept in the data directory. Never shown or logged.
+    unsubscribe_key: str | None = Field(default=None, repr=False)
+    unsubscribe_key_secret_arn: str | None = None
+
     # Kill switches: dispatch stops, rows stay queued, nothing is lost.
     dispatch_enabled: bool = True
     paused_action_types: frozenset[str] = frozenset()
 
-    # Tick.
-    lookahead_seconds: int = Field(default=120, ge=0, le=900)
+    # Tick. Its interval is the stack's TickIntervalSeconds (the EventBridge schedule); the
+    # look-ahead, unless set, is twice it (at most SQS's longest delay), so a row due just
+    # after the next tick's run is still sent from this one with its delay.
+    tick_interval_seconds: int = Field(
+        default=DEFAULT_TICK_INTERVAL_SECONDS, ge=1, le=MAX_SQS_DELAY_SECONDS
+    )
+    lookahead_seconds: int = Field(
+        default=2 * DEFAULT_TICK_INTERVAL_SECONDS, ge=0, le=MAX_SQS_DELAY_SECONDS
+    )
     tick_budget_seconds: float = Field(default=40.0, gt=0)
+    # Per-row entries (id, type, outcome) a tick's summary and log line carry; the rest are
+    # counted. 0: counts only.
+    tick_summary_items: int = Field(default=100, ge=0, le=10_000)
     tick_batch_size: int = Field(default=2000, gt=0)
     stuck_timeout_seconds: int = Field(default=900, gt=0)
     redelivery_timeout_seconds: int = Field(default=900, gt=0)
@@ -216,6 +360,34 @@ class Settings(BaseModel):
     # 60 events at the per-event cap). Rows the crons make are not counted.
     quota_actions_per_minute: int = Field(default=6000, ge=0)
 
+    # Delivery feedback (providers' status callbacks, POST /v1/callbacks/{connection_id}).
+    # public_api_url (above) is where providers call back (Twilio signs the whole URL):
+    # unset, the request's own scheme and host are used, and Twilio is asked for status
+    # callbacks on every SMS only when it is set.
+    # One more origin (scheme://host:port) SNS signing certificates and subscription URLs
+    # may come from besides https://sns.<region>.amazonaws.com: a local stand-in, tests.
+    sns_certificate_origin: str | None = None
+    # How long a callback's event is remembered, so that a retried or replayed one is a
+    # duplicate that changes nothing.
+    callback_receipt_days: int = Field(default=7, ge=1, le=365)
+
+    # Bounded history (docs/retention.md): finished rows (and what hangs on them) older than
+    # a workspace's retention, its own (PATCH /v1/workspace) or else this many days, are
+    # archived and then removed from the hot tables, in batches of `retention_batch_size`
+    # rows, each its own short transaction, for at most `retention_budget_seconds` a run.
+    retention_days: int = Field(default=90, ge=7, le=3650)
+    retention_enabled: bool = True
+    retention_batch_size: int = Field(default=1000, ge=1, le=5000)
+    retention_budget_seconds: float = Field(default=240.0, gt=0)
+    # A pause after each batch: the removal takes at most about batch / (batch time +
+    # pause) of the database's time, and leaves the rest to the engine (make bench-scale).
+    retention_pause_seconds: float = Field(default=0.1, ge=0, le=60)
+    # Where removed rows are archived first: the stack's S3 bucket (under the prefix) in
+    # AWS, a folder locally. With neither, nothing is removed: rows are never dropped unkept.
+    archive_bucket: str | None = None
+    archive_prefix: str = Field(default="archive/", max_length=200)
+    archive_dir: str | None = None
+
     # Where each action type's SQS queue is (AWS); the local runtime uses its in-process
     # queue. By convention the queue of type T is `<queue_url_prefix>T`; `queue_urls` names
     # exceptions explicitly (tests, hand-made queues).
@@ -231,7 +403,8 @@ class Settings(BaseModel):
             raise ValueError(
                 f"action type names must be 1-40 letters, digits, '_' or '-': {', '.join(bad)}"
             )
-        return value
+        # The internal type is always there, as the engine defines it unless configured.
+        return {EVENT_ACTION_TYPE: EVENT_TYPE_CONFIG} | value
 
     @field_validator("console_authorize_url", "console_token_url")
     @classmethod
@@ -247,12 +420,37 @@ class Settings(BaseModel):
             raise ValueError(f"{value!r} is not an https:// URL")
         return value
 
+    @field_validator("public_api_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        # Recipients' mail clients open and POST to it: HTTPS, or HTTP on loopback locally.
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        loopback = parts.hostname in {"127.0.0.1", "localhost", "::1"}
+        secure = parts.scheme == "https" or (parts.scheme == "http" and loopback)
+        if not parts.hostname or not secure or parts.query or parts.fragment:
+            raise ValueError(f"public_api_url {value!r} is not an https:// URL without a query")
+        return value.rstrip("/")
+
+    @field_validator("unsubscribe_key")
+    @classmethod
+    def _unsubscribe_key(cls, value: str | None) -> str | None:
+        return None if value is None else check_unsubscribe_key(value)
+
     @field_validator("paused_action_types", "outbound_allowed_networks", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):
             return frozenset(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lookahead_follows_the_interval(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "lookahead_seconds" in data:
+            return data
+        return data | {"lookahead_seconds": lookahead_for(data.get("tick_interval_seconds"))}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -324,6 +522,19 @@ class Settings(BaseModel):
 
     def dispatch_allowed(self, action_type: str) -> bool:
         return self.dispatch_enabled and action_type not in self.paused_action_types
+
+
+def check_unsubscribe_key(value: str) -> str:
+    """The key, or ConfigError when it is too short to sign with (HMAC-SHA256 wants at
+    least its 32-byte output)."""
+    size = len(value.encode("utf-8"))
+    if size < MIN_UNSUBSCRIBE_KEY_BYTES:
+        raise ConfigError(
+            f"the unsubscribe key (TICKWORK_UNSUBSCRIBE_KEY or its secret) is {size} bytes;"
+            f" it must be at least {MIN_UNSUBSCRIBE_KEY_BYTES} random bytes (e.g. the output"
+            " of `openssl rand -hex 32`)"
+        )
+    return value
 
 
 def _action_types_from_ssm(name: str) -> Any:

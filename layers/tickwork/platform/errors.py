@@ -75,6 +75,18 @@ class QuotaExceededError(InputError):
 
 
 # Too much, too fast: the caller may retry after `retry_after_seconds`.
+class UnknownChannelError(InputError):
+    """A suppression's channel that is not one of the list's (email, sms)."""
+
+    code = "unknown_channel"
+
+
+class InvalidAddressError(InputError):
+    """An address that is not one of its channel's (an email address, an E.164 number)."""
+
+    code = "invalid_address"
+
+
 class RateLimitedError(TickworkError):
     code = "rate_limited"
 

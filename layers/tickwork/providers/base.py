@@ -8,11 +8,11 @@ dispatcher turns that into a state transition, a backoff or a failure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
-from tickwork.actions.model import Claimed
+from tickwork.actions.model import Action, Claimed
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,9 @@ class Via:
     provider: str
     settings: dict[str, Any]
     credentials: dict[str, str] = field(repr=False)
+    # The one-click unsubscribe link of the action sent through it (RFC 8058), made by the
+    # dispatcher for this action's recipient; email providers put it in the headers.
+    unsubscribe_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class Lookup(Protocol):
     """Optional capability of a provider: ask it whether an action's message arrived.
 
     The resolver uses it for rows left `ambiguous` or `stuck`. Providers without a way to
-    ask (SES, Twilio) do not implement it, and such rows stay for a person to decide."""
+    ask (SES) do not implement it, and such rows stay for a person to decide."""
 
     # How long after an attempt the provider can still answer for it.
     lookup_retention: timedelta
@@ -123,6 +126,14 @@ class Lookup(Protocol):
     lookup_grace: timedelta
 
     def lookup(self, action: Claimed, via: Via | None = None) -> LookupResult: ...
+
+
+def attempt_claimed_at(action: Claimed) -> datetime:
+    """When the attempt a lookup asks about was claimed: the row's `submitted_at` when the
+    resolver hands the whole row, else when it was due. Lookups that match by content and
+    time (no id of ours travels with the message) search a window around it."""
+    claimed = action.submitted_at if isinstance(action, Action) else None
+    return (claimed or action.due_at).astimezone(UTC)
 
 
 def lookup_of(provider: Provider) -> Lookup | None:

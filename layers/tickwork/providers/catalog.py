@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from tickwork.platform.config import MAX_RATE_LIMITS, RateLimit, distinct_limits
 from tickwork.platform.errors import InputError
 from tickwork.providers import bluesky, mastodon, postmark, ses, slack, twilio
 from tickwork.providers.redact import MASK, mask_url
-from tickwork.providers.schema import checked
+from tickwork.providers.schema import Schema, checked
 from tickwork.providers.webhook import PLACEHOLDER, WebhookCredentials, WebhookSettings
 
 
@@ -75,17 +76,41 @@ def check_payload_for(provider: str, payload: dict[str, Any], settings: dict[str
             )
 
 
+# A connection's own rate limits live in its settings under this name, beside the
+# provider's: at most N sends a second, minute or hour through this account.
+RATE_LIMITS_SETTING = "rate_limits"
+
+
+class _ConnectionLimits(Schema):
+    rate_limits: list[RateLimit] = Field(max_length=MAX_RATE_LIMITS)
+
+
+def connection_limits(settings: dict[str, Any]) -> tuple[RateLimit, ...]:
+    """A stored connection's rate limits (checked when written), one per window length."""
+    raw = settings.get(RATE_LIMITS_SETTING)
+    if not raw:
+        return ()
+    return distinct_limits(tuple(RateLimit.model_validate(item) for item in raw))
+
+
 def check_connection(
     provider: str, settings: dict[str, Any] | None, credentials: dict[str, Any] | None
 ) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
-    """Settings and credentials of a connection, normalized; None stays None (a PATCH)."""
+    """Settings and credentials of a connection, normalized; None stays None (a PATCH).
+    The settings may carry the connection's `rate_limits` whatever its provider."""
     found = kind(provider)
     out_settings = None
     out_credentials = None
     if settings is not None:
-        out_settings = checked(found.settings, settings, "settings").model_dump(
+        own = {k: v for k, v in settings.items() if k != RATE_LIMITS_SETTING}
+        out_settings = checked(found.settings, own, "settings").model_dump(
             exclude_none=True, by_alias=True
         )
+        if settings.get(RATE_LIMITS_SETTING) is not None:
+            limits = checked(
+                _ConnectionLimits, {"rate_limits": settings[RATE_LIMITS_SETTING]}, "settings"
+            )
+            out_settings[RATE_LIMITS_SETTING] = [limit.model_dump() for limit in limits.rate_limits]
     if credentials is not None:
         model = checked(found.credentials, credentials, "credentials")
         out_credentials = {

@@ -34,6 +34,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from tickwork.actions.model import Claimed
+from tickwork.providers import unsubscribe
 from tickwork.providers.base import (
     Absent,
     Ambiguous,
@@ -51,6 +52,7 @@ from tickwork.providers.base import (
 from tickwork.providers.http import Redactor, Reply, retry_after_seconds
 from tickwork.providers.rest import RestProvider, field, safe_lookup, unanswered
 from tickwork.providers.schema import Schema, mailbox
+from tickwork.providers.unsubscribe import Unsubscribe, single_recipient
 
 MAX_RECIPIENTS = 50
 METADATA_KEY = "tickwork_action_id"
@@ -80,6 +82,8 @@ class Settings(Schema):
         description="default sender, a confirmed sender signature",
     )  # fmt: skip
     message_stream: str | None = Field(default=None, max_length=100)
+    # Every message to one address carries a one-click unsubscribe link (RFC 8058).
+    unsubscribe: bool | None = None
 
     @field_validator("from_address")
     @classmethod
@@ -107,6 +111,9 @@ class Payload(Schema):
     message_stream: str | None = Field(default=None, max_length=100)
     from_address: str | None = Field(default=None, alias="from")
     metadata: dict[str, str] | None = Field(default=None, max_length=10)
+    # A one-click unsubscribe link (RFC 8058 headers): true, false (not even when the
+    # connection adds them), or {"scope": "all" | "campaign" | "rule"}.
+    unsubscribe: Unsubscribe = None
 
     @field_validator("to", "cc", "bcc", mode="before")
     @classmethod
@@ -129,6 +136,12 @@ class Payload(Schema):
         count = sum(len(x) for x in (self.to, self.cc or [], self.bcc or []))
         if count > MAX_RECIPIENTS:
             raise ValueError(f"at most {MAX_RECIPIENTS} recipients in to, cc and bcc together")
+        asks = self.unsubscribe is not None and self.unsubscribe is not False
+        if asks and single_recipient(self.model_dump(include={"to", "cc", "bcc"})) is None:
+            raise ValueError(
+                "an unsubscribe link is per recipient: send to one address (one to, no cc"
+                " or bcc), or leave unsubscribe out"
+            )
         return self
 
 
@@ -149,6 +162,11 @@ def request_body(action: Claimed, via: Via) -> dict[str, Any]:
         "ReplyTo": payload.reply_to,
         "MessageStream": payload.message_stream or via.settings.get("message_stream"),
     }
+    if via.unsubscribe_url:
+        body["Headers"] = [
+            {"Name": name, "Value": value}
+            for name, value in unsubscribe.headers(via.unsubscribe_url)
+        ]
     return body | {key: value for key, value in optional.items() if value is not None}
 
 

@@ -24,9 +24,12 @@ the host name not resolved).
 | could not connect, host name not resolved in time | transient |
 | 5xx, read timeouts, deadline passed once connected | ambiguous (no idempotency key) |
 
-No lookup: SES has no API to find a sent message (by id, tag or anything else); the
-`EmailTags` reach only event destinations (SNS, Firehose, CloudWatch) an operator sets up
-on a configuration set. A row left `ambiguous` or `stuck` stays for a person, as before.
+No lookup: SES has no API to find a sent message (by id, tag or anything else). What
+stands in is the configuration set's event destination: each event carries
+`mail.messageId` and `mail.tags` (our action id). The SNS callbacks match events by
+`MessageId`, which an unanswered attempt never learned (they count such an event
+`unmatched`); a Firehose or CloudWatch destination keeps them for a person to search by
+the action id. A row left `ambiguous` or `stuck` stays for a person.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from pydantic import Field, field_validator
 
 from tickwork.actions.model import Claimed
 from tickwork.platform.observability import logger
-from tickwork.providers import http
+from tickwork.providers import http, unsubscribe
 from tickwork.providers.base import (
     Ambiguous,
     Delivered,
@@ -75,6 +78,13 @@ class Settings(Schema):
     region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]$")
     from_address: str = Field(alias="from", min_length=3, max_length=320)
     configuration_set: str | None = Field(default=None, max_length=64)
+    # The SNS topic the configuration set publishes its events to: only its messages are
+    # taken as this connection's delivery feedback (POST /v1/callbacks/{connection_id}).
+    callback_topic_arn: str | None = Field(
+        default=None, pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_.-]{1,256}$"
+    )
+    # Every message to one address carries a one-click unsubscribe link (RFC 8058).
+    unsubscribe: bool | None = None
 
     @field_validator("from_address")
     @classmethod
@@ -231,6 +241,16 @@ class SesProvider:
             body["Text"] = {"Data": payload.text, "Charset": "UTF-8"}
         if payload.html:
             body["Html"] = {"Data": payload.html, "Charset": "UTF-8"}
+        simple: dict[str, Any] = {
+            "Subject": {"Data": payload.subject, "Charset": "UTF-8"},
+            "Body": body,
+        }
+        if via.unsubscribe_url:
+            # SendEmail's Simple content takes extra header fields (Message.Headers).
+            simple["Headers"] = [
+                {"Name": name, "Value": value}
+                for name, value in unsubscribe.headers(via.unsubscribe_url)
+            ]
         tags = [{"Name": "tickwork_action_id", "Value": str(action.id)}]
         if payload.tag:
             tags.append({"Name": "tag", "Value": TAG_VALUE.sub("_", payload.tag)[:256]})
@@ -241,9 +261,7 @@ class SesProvider:
                 "CcAddresses": payload.cc or [],
                 "BccAddresses": payload.bcc or [],
             },
-            "Content": {
-                "Simple": {"Subject": {"Data": payload.subject, "Charset": "UTF-8"}, "Body": body}
-            },
+            "Content": {"Simple": simple},
             "EmailTags": tags,
         }
         if payload.reply_to:

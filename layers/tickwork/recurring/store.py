@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, Final, Literal, LiteralString, NamedTuple, TypeVar
 from uuid import UUID
@@ -40,7 +40,7 @@ from psycopg.types.json import Jsonb
 
 from tickwork import connections, quotas
 from tickwork.actions import scheduling as actions
-from tickwork.actions.model import Action, NewAction
+from tickwork.actions.model import PAYLOAD_MAX_BYTES, Action, NewAction, check_tags, payload_size
 from tickwork.platform.config import Settings
 from tickwork.platform.db import Connection
 from tickwork.platform.errors import ConflictError, InputError, NotFoundError
@@ -50,6 +50,8 @@ from tickwork.platform.sql import query
 from tickwork.platform.wallclock import require_aware, zone
 from tickwork.providers.catalog import check_payload_for
 from tickwork.quotas import Limits
+from tickwork.recipients.model import Recipient
+from tickwork.recipients.policy import TimezoneFrom, placed, require_recipient
 from tickwork.recurring.recurrence import (
     EXPANSION_BUDGET,
     Occurrence,
@@ -59,6 +61,7 @@ from tickwork.recurring.recurrence import (
     plan,
     validate,
 )
+from tickwork.rules.templating import InvalidTemplateError, JsonTemplate, RenderError
 
 ScheduleStatus = Literal["active", "paused", "ended"]
 
@@ -122,6 +125,12 @@ class Schedule:
     created_at: datetime
     updated_at: datetime
     connection_id: UUID | None = None  # the workspace connection its occurrences send through
+    recipient_id: str | None = None  # its occurrences are messages to this recipient
+    transactional: bool = False  # exempt from the recipient's quiet hours and caps
+    timezone_from: TimezoneFrom | None = None  # where `timezone` came from
+    render_payload: bool = False  # the payload is a template rendered per occurrence
+    occurrence_count: int = 0  # occurrences of the rule up to last_materialized_through
+    tags: tuple[str, ...] = ()  # labels its occurrences carry (copied at expansion)
 
     @property
     def recurrence(self) -> Recurrence:
@@ -133,7 +142,8 @@ class Schedule:
 
 
 def schedule_from_row(row: Mapping[str, Any]) -> Schedule:
-    return Schedule(**{name: row[name] for name in Schedule.__dataclass_fields__})
+    values = {name: row[name] for name in Schedule.__dataclass_fields__ if name != "tags"}
+    return Schedule(**values, tags=tuple(row.get("tags") or ()))
 
 
 class Unset(Enum):
@@ -160,6 +170,11 @@ class NewSchedule:
     max_failures_before_pause: int | None = None  # default: settings.recurring_max_failures
     created_by: str | None = None
     connection_id: UUID | None = None
+    recipient_id: str | None = None
+    transactional: bool = False
+    timezone_from: TimezoneFrom | None = None
+    render_payload: bool = False
+    tags: tuple[str, ...] = ()  # labels its occurrences carry
 
 
 @dataclass(frozen=True)
@@ -175,6 +190,10 @@ class ScheduleChanges:
     thing_id: str | Unset | None = UNSET
     catch_up_window_seconds: int | Unset = UNSET
     max_failures_before_pause: int | Unset = UNSET
+    # Its zone stays as stored (send `timezone` to change it too).
+    recipient_id: str | Unset | None = UNSET
+    transactional: bool | Unset = UNSET
+    render_payload: bool | Unset = UNSET
 
 
 @dataclass(frozen=True)
@@ -205,9 +224,15 @@ class _Definition:
     until: datetime | None
     catch_up_window_seconds: int
     max_failures_before_pause: int
+    recipient_id: str | None = None
+    transactional: bool = False
+    render_payload: bool = False
 
     # Fields whose change moves the queued rows (the rest are policies).
-    MOVING = ("target_key", "thing_id", "payload", "rrule", "dtstart", "timezone", "until")
+    MOVING = (
+        "target_key", "thing_id", "payload", "rrule", "dtstart", "timezone", "until",
+        "recipient_id", "transactional", "render_payload",
+    )  # fmt: skip
 
     @property
     def recurrence(self) -> Recurrence:
@@ -235,14 +260,59 @@ def _check_policy(catch_up: int, max_failures: int) -> None:
         )
 
 
+def occurrence_context(at: datetime, index: int, timezone: str) -> dict[str, Any]:
+    """What a schedule's payload template sees of one occurrence: its 1-based index in the
+    rule (from dtstart), its local date and time in the schedule's zone, the instant the
+    rule gave (UTC, before any quiet hours move its row) and the zone."""
+    local = at.astimezone(zone(timezone))
+    return {
+        "occurrence": {
+            "index": index,
+            "local_date": local.date().isoformat(),
+            "local_time": local.strftime("%H:%M:%S"),
+            "scheduled_at": at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            "timezone": timezone,
+        }
+    }
+
+
+def _render(template: JsonTemplate, context: dict[str, Any]) -> dict[str, Any]:
+    """The payload of one occurrence. A render that fails is the template's problem:
+    `invalid_template` (at create, a 422; at expansion, the expander pauses the schedule
+    and says why)."""
+    try:
+        rendered = template.render(context)
+    except RenderError as exc:
+        raise InvalidTemplateError(
+            f"the payload cannot be rendered for an occurrence: {exc.message}", field=exc.field
+        ) from exc
+    assert isinstance(rendered, dict)  # the template is a JSON object, and keeps its shape
+    size = payload_size(rendered)
+    if size > PAYLOAD_MAX_BYTES:
+        raise InvalidTemplateError(
+            f"an occurrence's rendered payload is {size} bytes; the limit is"
+            f" {PAYLOAD_MAX_BYTES} bytes",
+            field="payload",
+        )
+    return rendered
+
+
 def _validate(
     action_type: str,
     definition: _Definition,
     settings: Settings,
     now: datetime,
     connection_id: UUID | None = None,
+    *,
+    render_payload: bool = False,
 ) -> Rule:
     """Check a definition against every rule a person can act on; nothing is written."""
+    payload = definition.payload
+    if render_payload:
+        # Compiled (a template that does not compile is refused here), then rendered for a
+        # sample occurrence, so a misspelt field is refused now rather than at expansion.
+        sample = occurrence_context(now, 1, str(zone(definition.timezone).key))
+        payload = _render(JsonTemplate(definition.payload, "payload"), sample)
     # The template is checked as the action it makes (type, target, thing, payload size);
     # its time is that of the checks, not of an occurrence.
     actions.validate(
@@ -250,7 +320,7 @@ def _validate(
             action_type=action_type,
             target_key=definition.target_key,
             publish_at=now,
-            payload=definition.payload,
+            payload=payload,
             thing_id=definition.thing_id,
             connection_id=connection_id,
         ),
@@ -391,8 +461,7 @@ def materialize(
     created: list[UUID] = []
     if planned.fire:
         rows = conn.execute(
-            _INSERT_OCCURRENCES,
-            {"id": schedule.id, "publish_ats": [o.at for o in planned.fire]},
+            _INSERT_OCCURRENCES, _occurrence_rows(conn, schedule, planned.fire, planned.skipped)
         ).fetchall()
         created = [row[0] for row in rows]
     recorded = _fetch(
@@ -403,6 +472,7 @@ def materialize(
             "through": horizon,
             "anchor": planned.anchor,
             "skipped": len(planned.skipped),
+            "occurrences": len(planned.fire) + len(planned.skipped),
             "expected_through": through,
         },
     )
@@ -412,6 +482,54 @@ def materialize(
         len(planned.skipped),
         len(planned.fire) - len(created),
     )
+
+
+def _occurrence_rows(
+    conn: Connection, schedule: Schedule, fire: Sequence[Occurrence], skipped: Sequence[Occurrence]
+) -> dict[str, Any]:
+    """The parameters of insert_occurrences: per occurrence its time, placed by the
+    recipient's quiet hours as a one-off's is (the time the rule gave kept when it moved),
+    and its payload rendered when the schedule renders it (null: the template as it is)."""
+    recipient: Recipient | None = None
+    if schedule.recipient_id is not None:
+        recipient = require_recipient(conn, schedule.workspace_id, schedule.recipient_id)
+    publish_ats: list[datetime] = []
+    originals: list[datetime | None] = []
+    for occurrence in fire:
+        if recipient is None:
+            publish_ats.append(occurrence.at)
+            originals.append(None)
+            continue
+        at, original = placed(occurrence.at, recipient, transactional=schedule.transactional)
+        publish_ats.append(at)
+        originals.append(original)
+    payloads: list[Jsonb] | None = None
+    if schedule.render_payload:
+        template = JsonTemplate(schedule.payload_template, "payload")
+        # Skipped occurrences count: an index is the occurrence's place in the rule.
+        ordered = sorted([*fire, *skipped], key=lambda o: o.at)
+        index = {o.at: schedule.occurrence_count + i for i, o in enumerate(ordered, start=1)}
+        payloads = [
+            Jsonb(_render(template, occurrence_context(o.at, index[o.at], schedule.timezone)))
+            for o in fire
+        ]
+    return {
+        "id": schedule.id,
+        "publish_ats": publish_ats,
+        "original_publish_ats": originals,
+        "payloads": payloads,
+    }
+
+
+def occurrences_through(rule: Rule, through: datetime) -> int:
+    """How many occurrences the rule has at or before `through`, from dtstart: where the
+    index of the next one starts (walked once, when a rendering schedule is made or its
+    rule changes; expansions then count on)."""
+    start = rule.resolve(rule.dtstart) - timedelta(seconds=1)
+    if through <= start:
+        return 0
+    window = bounded(lambda: rule.between(start, through), EXPANSION_BUDGET)
+    return len(window.occurrences)
 
 
 def lock_to_expand(conn: Connection, schedule_id: UUID, horizon: datetime) -> Schedule | None:
@@ -477,8 +595,14 @@ def create_schedule(
             else new.max_failures_before_pause
         ),
     )
-    rule = _validate(new.action_type, definition, settings, now, new.connection_id)
+    rule = _validate(
+        new.action_type, definition, settings, now, new.connection_id,
+        render_payload=new.render_payload,
+    )  # fmt: skip
+    tags = check_tags(new.tags)
     with conn.transaction():
+        if new.recipient_id is not None:
+            require_recipient(conn, workspace_id, new.recipient_id)
         if new.connection_id is not None:
             provider = settings.action_types[new.action_type].provider
             found = connections.require_usable(conn, workspace_id, new.connection_id, provider)
@@ -501,6 +625,12 @@ def create_schedule(
                 "max_failures_before_pause": definition.max_failures_before_pause,
                 "catch_up_window_seconds": definition.catch_up_window_seconds,
                 "connection_id": new.connection_id,
+                "recipient_id": new.recipient_id,
+                "transactional": new.transactional,
+                "timezone_from": new.timezone_from,
+                "render_payload": new.render_payload,
+                "occurrence_count": (occurrences_through(rule, now) if new.render_payload else 0),
+                "tags": list(tags),
             },
         )
         assert inserted is not None
@@ -536,6 +666,9 @@ def _merge(current: Schedule, changes: ScheduleChanges) -> _Definition:
         max_failures_before_pause=_pick(
             changes.max_failures_before_pause, current.max_failures_before_pause
         ),
+        recipient_id=_pick(changes.recipient_id, current.recipient_id),
+        transactional=_pick(changes.transactional, current.transactional),
+        render_payload=_pick(changes.render_payload, current.render_payload),
     )
 
 
@@ -567,11 +700,18 @@ def edit_schedule(
         after = _merge(current, changes)
         if after == before:
             return ScheduleResult(current, changed=False)
-        rule = _validate(current.action_type, after, settings, now, current.connection_id)
+        rule = _validate(
+            current.action_type, after, settings, now, current.connection_id,
+            render_payload=after.render_payload,
+        )  # fmt: skip
+        if after.recipient_id is not None and after.recipient_id != before.recipient_id:
+            require_recipient(conn, workspace_id, after.recipient_id)
         moves = after.moves_rows_from(before)
         through = current.last_materialized_through
+        count = current.occurrence_count
         if moves:
             through = min(through, now)
+            count = occurrences_through(rule, through) if after.render_payload else 0
         updated = _fetch(
             conn,
             _UPDATE_DEFINITION,
@@ -590,6 +730,14 @@ def edit_schedule(
                 "last_materialized_through": through,
                 # An anchor is a wall time of the old definition: useless for the new one.
                 "expansion_anchor": None if moves else current.expansion_anchor,
+                "occurrence_count": count,
+                "recipient_id": after.recipient_id,
+                "transactional": after.transactional,
+                "render_payload": after.render_payload,
+                # A zone sent is a zone given; otherwise it stays where it came from.
+                "timezone_from": (
+                    current.timezone_from if isinstance(changes.timezone, Unset) else "given"
+                ),
             },
         )
         schedule = _transitioned(updated, current, "edited")
@@ -652,7 +800,13 @@ def resume_schedule(
         if current.status == "ended":
             raise _ended(current, "resumed")
         rule = Rule(current.recurrence)
-        resumed = _transitioned(_fetch(conn, _RESUME, {"id": current.id}), current, "resumed")
+        # A pause took back the occurrences queued after it (last_materialized_through
+        # went back to the pause): count again up to there, so no index is given twice.
+        count = None
+        if current.render_payload:
+            count = occurrences_through(rule, current.last_materialized_through)
+        params = {"id": current.id, "occurrence_count": count}
+        resumed = _transitioned(_fetch(conn, _RESUME, params), current, "resumed")
         expansion = materialize(conn, resumed, rule, settings, now, limits or Limits.of(settings))
     _enqueue(conn, queues, expansion.created, settings)
     return ScheduleResult(
@@ -706,6 +860,11 @@ def run_now(
         schedule = _lock(conn, workspace_id, schedule_id)
         if schedule.status == "ended":
             raise _ended(schedule, "run")
+        payload = schedule.payload_template
+        if schedule.render_payload:
+            # Not an occurrence of the rule: rendered as one at now, with index 0.
+            template = JsonTemplate(payload, "payload")
+            payload = _render(template, occurrence_context(now, 0, schedule.timezone))
         scheduled = actions.schedule(
             conn,
             workspace_id,
@@ -713,12 +872,15 @@ def run_now(
                 action_type=schedule.action_type,
                 target_key=schedule.target_key,
                 publish_at=now,
-                payload=schedule.payload_template,
+                payload=payload,
                 thing_id=schedule.thing_id,
                 source="run_now",
                 created_by=created_by or schedule.created_by,
                 recurring_schedule_id=schedule.id,
                 connection_id=schedule.connection_id,
+                recipient_id=schedule.recipient_id,
+                transactional=schedule.transactional,
+                tags=schedule.tags,
             ),
             settings,
             now,

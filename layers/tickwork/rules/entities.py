@@ -43,6 +43,7 @@ from tickwork.rules.produce import (
 
 _TIME_RULES = query("time_rules")
 _UPSERT = query("upsert_entity")
+_UPSERT_CONTEXT = query("upsert_entity_context")
 _GET = query("get_entity")
 _LOCK = query("lock_entity")
 _DATES = query("entity_dates")
@@ -178,18 +179,7 @@ def put_dates(
     tz_name = given.timezone or default_timezone
     zone(tz_name)
     dates = parse_dates(given.dates, tz_name, now, settings.max_horizon_days)
-    if not isinstance(given.context, Mapping):
-        raise InputError("context must be a JSON object", field="context")
-    context = dict(given.context)
-    if has_nul(context):
-        raise InputError(
-            "context contains a NUL character, which cannot be stored", field="context"
-        )
-    size = payload_size(context)
-    if size > PAYLOAD_MAX_BYTES:
-        raise PayloadTooLargeError(
-            f"context is {size} bytes; the limit is {PAYLOAD_MAX_BYTES}", field="context"
-        )
+    context = _check_context(given.context)
     key = {"workspace_id": workspace_id, "entity_type": entity_type, "entity_id": entity_id}
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur, storable():
         # Rules first, then the entity: the order a rule's change takes them in.
@@ -213,6 +203,49 @@ def put_dates(
         every = rule_rows(conn, _ALL, key)
     emit_metrics("dates", result)
     return EntityResult(entity, every, created=bool(row["created"]), result=result)
+
+
+def _check_context(given: Any) -> dict[str, Any]:
+    if not isinstance(given, Mapping):
+        raise InputError("context must be a JSON object", field="context")
+    context = dict(given)
+    if has_nul(context):
+        raise InputError(
+            "context contains a NUL character, which cannot be stored", field="context"
+        )
+    size = payload_size(context)
+    if size > PAYLOAD_MAX_BYTES:
+        raise PayloadTooLargeError(
+            f"context is {size} bytes; the limit is {PAYLOAD_MAX_BYTES}", field="context"
+        )
+    return context
+
+
+def put_context(
+    conn: Connection,
+    workspace_id: UUID,
+    entity_type: str,
+    entity_id: str,
+    context: Mapping[str, Any],
+    default_timezone: str,
+    *,
+    updated_by: str | None = None,
+) -> EntityResult:
+    """Store the entity's context (its fields: a guest's name), keeping its zone and dates;
+    a new entity takes `default_timezone` and has no dates. Actions already made keep the
+    snapshot they were rendered from, so no action changes; events from now on see it."""
+    check_entity_key(entity_type, entity_id)
+    fields = _check_context(context)
+    key = {"workspace_id": workspace_id, "entity_type": entity_type, "entity_id": entity_id}
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur, storable():
+        row = cur.execute(
+            _UPSERT_CONTEXT, key | {"timezone": default_timezone, "context": Jsonb(fields),
+                                    "updated_by": updated_by},
+        ).fetchone()  # fmt: skip
+        assert row is not None
+        entity = load_entity(conn, workspace_id, row)
+        every = rule_rows(conn, _ALL, key)
+    return EntityResult(entity, every, created=bool(row["created"]))
 
 
 def get_entity(

@@ -4,7 +4,8 @@ enabled rule on that event type whose conditions hold.
 Each action's idempotency key is `{rule}:{type}:{entity ids}:{date}` (the date of
 `occurred_at` in the workspace's zone), in scheduled_actions' unique dedupe column: the same
 event twice in a day, or from two clients at once, makes one action per rule, and the
-answer says the second was a duplicate; the next day makes a new one (a daily digest).
+answer says the second was a duplicate; the next day makes a new one. A rule with a
+`digest` collects its events into one action per window instead (tickwork.rules.digest).
 """
 
 from __future__ import annotations
@@ -28,19 +29,19 @@ from tickwork.platform.errors import InputError, PayloadTooLargeError
 from tickwork.platform.sql import query
 from tickwork.platform.wallclock import require_aware
 from tickwork.quotas import Limits
-from tickwork.rules.conditions import first_failing, parse_conditions
+from tickwork.rules import stored_context
+from tickwork.rules.conditions import first_failing
+from tickwork.rules.digest import collect_firing
 from tickwork.rules.metering import FEW_RENDERS, RenderBudget
 from tickwork.rules.model import (
-    EVENT_ROOTS,
     EVENT_TYPE,
     MAX_ENTITIES,
-    Failed,
     ProduceResult,
-    Rule,
     event_key,
     rule_from_row,
 )
-from tickwork.rules.produce import Firing, collect, emit_metrics, fire
+from tickwork.rules.produce import Firing, collect, emit_metrics, fire, record_failure
+from tickwork.rules.stored_context import Prepared
 
 _EVENT_RULES = query("event_rules")
 
@@ -56,6 +57,8 @@ class EventInput:
     entities: Mapping[str, str] = field(default_factory=dict)
     context: Mapping[str, Any] = field(default_factory=dict)
     occurred_at: datetime | None = None
+    # The app's own id of the event: a digest counts a second delivery of it once.
+    id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class ValidEvent:
     entities: dict[str, str]
     context: dict[str, Any]
     occurred_at: datetime
+    id: str | None = None
 
 
 def has_nul(value: Any) -> bool:
@@ -117,7 +121,11 @@ def validate_event(event: EventInput, now: datetime) -> ValidEvent:
             f"occurred_at is more than {MAX_AGE.days} days ago; such an event is not acted on",
             field="occurred_at",
         )
-    return ValidEvent(event.type, entities, context, occurred_at)
+    if event.id is not None and (
+        not isinstance(event.id, str) or not 1 <= len(event.id) <= 200 or "\x00" in event.id
+    ):
+        raise InputError("id must be 1 to 200 characters", field="id")
+    return ValidEvent(event.type, entities, context, occurred_at, event.id)
 
 
 def event_context(event: ValidEvent, rule_id: UUID, rule_name: str) -> dict[str, Any]:
@@ -130,14 +138,12 @@ def event_context(event: ValidEvent, rule_id: UUID, rule_name: str) -> dict[str,
     }  # fmt: skip
 
 
-def _would_fire(rule: Rule, event: ValidEvent) -> bool:
-    """Whether a rule's conditions hold for the event (one that no longer parses fails
-    without making anything)."""
-    try:
-        conditions = parse_conditions(rule.conditions, EVENT_ROOTS)
-    except InputError:
+def _would_fire(prepared: Prepared) -> bool:
+    """Whether a rule's conditions hold for the event (one that cannot fire, its rule no
+    longer parsing or an entity it loads missing, fails without making anything)."""
+    if prepared.failed is not None or prepared.compiled is None:
         return False
-    return first_failing(conditions, event_context(event, rule.id, rule.name)) is None
+    return first_failing(prepared.compiled.conditions, prepared.context) is None
 
 
 def emit_event(
@@ -155,6 +161,8 @@ def emit_event(
     failure (a template that meets a missing field, or exceeds its budget) is reported,
     the others still fire. The rules' renders share one budget, so an event costs a
     bounded time however many rules it matches; rules past it fail with the reason.
+    A rule that loads stored entities (`load`) sees them as of the event: all of them read
+    in one query; one that names an entity not stored fails (`missing_entity`).
     Raises InputError only for an event that is itself invalid, or QuotaExceededError,
     before anything is written, when more rules would fire than one event may make actions
     (`limits`: the workspace's quotas; default: the stack's, from `settings`)."""
@@ -165,22 +173,34 @@ def emit_event(
             _EVENT_RULES, {"workspace_id": workspace_id, "event_type": valid.type}
         ).fetchall()
         rules = [rule_from_row(row) for row in rows]
+        budget = RenderBudget.of("the templates of this event", FEW_RENDERS)
+        prepared = stored_context.prepare(
+            conn, workspace_id, rules, lambda rule: event_context(valid, rule.id, rule.name),
+            budget,
+        )  # fmt: skip
         cap = limits or Limits.of(settings)
         if cap.actions_per_event and len(rules) > cap.actions_per_event:
-            would_fire = sum(_would_fire(rule, valid) for rule in rules)
+            would_fire = sum(_would_fire(p) for p in prepared)
             quotas.check_event_actions(would_fire, valid.type, cap)
         result = ProduceResult()
-        budget = RenderBudget.of("the templates of this event", FEW_RENDERS)
-        for rule in rules:
-            try:
-                compiled = rule.compiled()
-            except InputError as exc:
-                result.failed.append(Failed(rule.id, rule.name, exc.field or "rule", exc.message))
+        for ready in prepared:
+            rule, compiled = ready.rule, ready.compiled
+            if ready.failed is not None or compiled is None:
+                assert ready.failed is not None
+                if ready.record:
+                    record_failure(conn, rule, ready.failed.message)
+                result.failed.append(ready.failed)
                 continue
             firing = Firing(
                 compiled, "event", event_key(rule.id, valid.type, valid.entities, day),
-                event_context(valid, rule.id, rule.name), now,
+                ready.context, now, workspace_zone=timezone.key,
             )  # fmt: skip
+            if compiled.digest is not None:
+                collect(result, collect_firing(
+                    conn, workspace_id, firing, valid.id, settings, now, created_by,
+                    timezone.key, budget,
+                ))  # fmt: skip
+                continue
             collect(result, fire(conn, workspace_id, firing, settings, now, created_by, budget))
     emit_metrics("event", result)
     return result

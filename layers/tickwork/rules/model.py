@@ -12,15 +12,21 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 from uuid import UUID
 
 from tickwork.actions.model import PAYLOAD_MAX_BYTES, payload_size
+from tickwork.digests.model import DigestError, DigestSpec, Window, parse_spec, parse_window
 from tickwork.platform.config import Settings
-from tickwork.platform.errors import InputError, PayloadTooLargeError, UnknownActionTypeError
+from tickwork.platform.errors import (
+    InputError,
+    PayloadTooLargeError,
+    UnknownActionTypeError,
+)
 from tickwork.rules.conditions import Condition, parse_conditions
+from tickwork.rules.loads import InvalidLoadError, aliases, parse_loads
 from tickwork.rules.templating import JsonTemplate, compile_string, is_template
 
 TriggerType = Literal["event", "time"]
@@ -39,12 +45,23 @@ MAX_ENTITIES = 20
 MAX_DATES = 50
 # An idempotency key longer than this keeps a readable head and a hash of the whole.
 MAX_KEY = 190
+# A per-key limit: at most this many actions a window, windows of at most 31 days.
+MAX_KEY_LIMIT_COUNT = 10_000
+MAX_KEY_LIMIT_SECONDS = 31 * 86400
+KEY_LIMIT_FIELDS = frozenset({"key", "count", "per_seconds", "excess", "digest_window", "shared"})
 
 EVENT_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")  # entity types and reference names
 # What the context of each kind of rule has at its top level (for conditions to check).
 EVENT_ROOTS = frozenset({"context", "event", "rule"})
 TIME_ROOTS = frozenset({"context", "entity", "reference", "dates", "fire_at", "rule"})
+# Names a rule's `load` may not give its entities: the roots above, what payloads are
+# rendered with besides, and what a digest's template sees.
+LOAD_RESERVED = (
+    EVENT_ROOTS
+    | TIME_ROOTS
+    | frozenset({"unsubscribe_url", "items", "count", "first", "last", "digest"})
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,40 @@ class ActionTemplate:
     # A recipient (a template): their quiet hours and caps apply unless transactional.
     recipient_id: str | None = None
     transactional: bool = False
+    # Collect the events into one action per window (docs/digests.md): the spec as JSON.
+    digest: dict[str, Any] | None = None
+    # At most `count` actions a `per_seconds` window per key (a template; by default the
+    # recipient), the excess dropped or, with `"excess": "digest"`, collected into one
+    # digest per key and `digest_window`: {"key", "count", "per_seconds", "excess"}.
+    limit: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class KeyLimit:
+    """A rule's or a drip step's per-key limit, checked (validate_key_limit). `shared`: its
+    key's window is the workspace's, counted by every rule and step whose limit is shared
+    (a step's always is); else the rule's own."""
+
+    key: str | None  # a template; None: the recipient
+    count: int
+    per_seconds: int
+    excess: Literal["drop", "digest"] = "drop"
+    # With excess `digest`: the window of the digest the excess goes into.
+    digest_window: Window | None = None
+    shared: bool = False
+
+    @classmethod
+    def of(cls, stored: Mapping[str, Any]) -> KeyLimit:
+        shared = bool(stored.get("shared", False))
+        if stored.get("excess") == "digest":
+            window = parse_window(stored["digest_window"], "action.limit.digest_window")
+            return cls(stored.get("key"), int(stored["count"]), int(stored["per_seconds"]),
+                       "digest", window, shared)  # fmt: skip
+        return cls(stored.get("key"), int(stored["count"]), int(stored["per_seconds"]),
+                   shared=shared)  # fmt: skip
+
+    def words(self) -> str:
+        return f"{self.count} per {self.per_seconds} s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +153,10 @@ class Rule:
     deleted_at: datetime | None
     recipient_template: str | None = None
     transactional: bool = False
+    digest: dict[str, Any] | None = None
+    rate_limit: dict[str, Any] | None = None
+    # The stored entities its templates read: name → {entity_type, id template}.
+    load: dict[str, Any] = field(default_factory=dict)
 
     @property
     def trigger(self) -> Trigger:
@@ -114,13 +169,14 @@ class Rule:
     def action(self) -> ActionTemplate:
         return ActionTemplate(
             self.action_type, self.target_key, self.payload_template, self.recipient_template,
-            self.transactional,
+            self.transactional, self.digest, self.rate_limit,
         )  # fmt: skip
 
     def compiled(self) -> CompiledRule:
         """The rule ready to fire: conditions parsed, templates compiled. Raises InputError
         if what is stored no longer compiles (it was checked when written)."""
-        roots = EVENT_ROOTS if self.trigger_type == "event" else TIME_ROOTS
+        roots = (EVENT_ROOTS if self.trigger_type == "event" else TIME_ROOTS) | aliases(self.load)
+        digest = parse_spec(self.digest) if self.digest is not None else None
         return CompiledRule(
             self,
             parse_conditions(self.conditions, roots),
@@ -128,6 +184,14 @@ class Rule:
             JsonTemplate(self.payload_template, "action.payload"),
             JsonTemplate(self.recipient_template, "action.recipient_id")
             if self.recipient_template is not None
+            else None,
+            digest,
+            JsonTemplate(digest.key, "action.digest.key")
+            if digest is not None and digest.key is not None
+            else None,
+            KeyLimit.of(self.rate_limit) if self.rate_limit is not None else None,
+            JsonTemplate(self.rate_limit["key"], "action.limit.key")
+            if self.rate_limit is not None and self.rate_limit.get("key") is not None
             else None,
         )
 
@@ -143,6 +207,10 @@ class CompiledRule:
     target: JsonTemplate
     payload: JsonTemplate
     recipient: JsonTemplate | None = None
+    digest: DigestSpec | None = None
+    digest_key: JsonTemplate | None = None
+    limit: KeyLimit | None = None
+    limit_key: JsonTemplate | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +222,7 @@ class RuleInput:
     action: ActionTemplate
     conditions: list[dict[str, Any]] = field(default_factory=list)
     enabled: bool = True
+    load: dict[str, Any] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -254,15 +323,118 @@ def validate_rule(given: RuleInput, settings: Settings) -> RuleInput:
                 field="action.recipient_id",
             )
         compile_string(recipient, "action.recipient_id")
+    if action.limit is not None:
+        action = replace(
+            action, limit=validate_key_limit(action.limit, recipient is not None, trigger.type)
+        )
+    loads = parse_loads(given.load, LOAD_RESERVED)
+    if loads and trigger.type != "event":
+        raise InvalidLoadError(
+            "load belongs to event rules: a time rule's context is its entity's",
+            field="load",
+        )
     roots = EVENT_ROOTS if trigger.type == "event" else TIME_ROOTS
-    conditions = parse_conditions(given.conditions, roots)
+    conditions = parse_conditions(given.conditions, roots | {x.alias for x in loads})
+    if action.digest is not None:
+        action = replace(action, digest=_valid_digest(action.digest, trigger, action.limit))
     return RuleInput(
         name=given.name.strip(),
         trigger=trigger,
         action=action,
         conditions=[c.as_json() for c in conditions],
         enabled=bool(given.enabled),
+        load={x.alias: x.as_json() for x in loads},
     )
+
+
+def _valid_digest(raw: Any, trigger: Trigger, limit: dict[str, Any] | None) -> dict[str, Any]:
+    if trigger.type != "event":
+        raise DigestError(
+            "action.digest belongs to event rules: a time rule fires once per entity date",
+            field="action.digest",
+        )
+    if limit is not None and limit["excess"] == "digest":
+        raise InputError(
+            "action.limit.excess 'digest' is for a rule that sends its events one by one;"
+            " this rule already collects every event into action.digest",
+            field="action.limit.excess",
+        )
+    spec = parse_spec(raw)
+    if spec.key is not None:
+        compile_string(spec.key, "action.digest.key")
+    return spec.as_json()
+
+
+def _whole(value: Any, where: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InputError(f"{where} must be a whole number from {low} to {high}", field=where)
+    return value
+
+
+def validate_key_limit(
+    given: Any, has_recipient: bool, trigger_type: TriggerType = "event",
+    where: str = "action.limit",
+) -> dict[str, Any]:  # fmt: skip
+    """A per-key limit as stored, or an InputError naming the field at fault."""
+    if not isinstance(given, dict):
+        raise InputError(f"{where} must be an object", field=where)
+    unknown = sorted(set(given) - KEY_LIMIT_FIELDS)
+    if unknown:
+        raise InputError(f"{where}: unknown field {unknown[0]!r}", field=f"{where}.{unknown[0]}")
+    count = _whole(given.get("count"), f"{where}.count", 1, MAX_KEY_LIMIT_COUNT)
+    per = _whole(given.get("per_seconds"), f"{where}.per_seconds", 1, MAX_KEY_LIMIT_SECONDS)
+    excess = given.get("excess", "drop")
+    if excess not in ("drop", "digest"):
+        raise InputError(f"{where}.excess must be 'drop' or 'digest'", field=f"{where}.excess")
+    window = _excess_window(given, excess, trigger_type, where)
+    shared = given.get("shared", False)
+    if not isinstance(shared, bool):
+        raise InputError(f"{where}.shared must be true or false", field=f"{where}.shared")
+    key = given.get("key")
+    if key is None and not has_recipient:
+        raise InputError(
+            f"{where}.key is needed when the action has no recipient_id (the default key)",
+            field=f"{where}.key",
+        )
+    if key is not None:
+        if not isinstance(key, str) or not 1 <= len(key) <= MAX_TARGET_TEMPLATE:
+            raise InputError(
+                f"{where}.key must be 1 to {MAX_TARGET_TEMPLATE} characters", field=f"{where}.key"
+            )
+        compile_string(key, f"{where}.key")
+    stored: dict[str, Any] = {"key": key, "count": count, "per_seconds": per, "excess": excess}
+    if window is not None:
+        stored["digest_window"] = window.as_json()
+    if shared:
+        stored["shared"] = True
+    return stored
+
+
+def _excess_window(
+    given: Mapping[str, Any], excess: str, trigger_type: TriggerType, where: str
+) -> Window | None:
+    """The digest window of a limit whose excess is collected (else None; a window given
+    without `excess: digest` would silently do nothing, so it is refused)."""
+    raw = given.get("digest_window")
+    if excess != "digest":
+        if raw is not None:
+            raise InputError(
+                f"{where}.digest_window belongs to a limit with excess 'digest'",
+                field=f"{where}.digest_window",
+            )
+        return None
+    if trigger_type != "event":
+        # A time rule fires once per entity date: there is no stream of events to collect.
+        raise InputError(
+            f"{where}.excess 'digest' belongs to event rules; a time rule can only 'drop'",
+            field=f"{where}.excess",
+        )
+    if raw is None:
+        raise InputError(
+            f"{where}.digest_window is needed with excess 'digest', e.g. {{\"seconds\": 3600}}",
+            field=f"{where}.digest_window",
+        )
+    return parse_window(raw, f"{where}.digest_window")
 
 
 # ----------------------------------------------------------------------- idempotency keys
@@ -274,6 +446,17 @@ def bounded_key(key: str) -> str:
         return key
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
     return f"{key[: MAX_KEY - 41]}~{digest}"
+
+
+MAX_LIMIT_KEY = 500
+
+
+def bounded_limit_key(key: str) -> str:
+    """A per-key limit's key as stored: itself if short, else a head and a hash."""
+    if len(key) <= MAX_LIMIT_KEY:
+        return key
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
+    return f"{key[: MAX_LIMIT_KEY - 41]}~{digest}"
 
 
 def with_generation(key: str, generation: int) -> str:
@@ -318,7 +501,8 @@ class Fired:
 class Skipped:
     """A rule that did not make an action, and why: `duplicate` (already made for this
     key), `conditions` (one did not hold), `already_sent`, `cancelled` (by someone),
-    `past`, `in_flight` (a row a dispatcher holds), `invalid` (refused by validation)."""
+    `past`, `in_flight` (a row a dispatcher holds), `invalid` (refused by validation),
+    `rate_limited` (its key had its limit's count of actions in the window)."""
 
     rule_id: UUID
     reason: str
@@ -328,12 +512,18 @@ class Skipped:
 
 @dataclass
 class Failed:
-    """A rule whose template could not be rendered for this context."""
+    """A rule that could not make its action for this context, and why (`code`):
+    `render_failed` (a template met a missing field or its budget), `missing_entity` (an
+    entity its `load` names is not stored: `entity_type`, `entity_id` say which),
+    `invalid_rule` (what is stored no longer compiles)."""
 
     rule_id: UUID
     rule_name: str
     field: str
     message: str
+    code: str = "render_failed"
+    entity_type: str | None = None
+    entity_id: str | None = None
 
 
 @dataclass

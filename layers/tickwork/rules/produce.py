@@ -21,17 +21,22 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
 
+import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from tickwork.actions import model, scheduling, store
 from tickwork.actions.model import Action, NewAction, action_from_row
+from tickwork.digests.model import Item
+from tickwork.digests.store import Added, Collect, add_item, collected
 from tickwork.platform.config import Settings
 from tickwork.platform.db import Connection
 from tickwork.platform.errors import ConflictError, InputError
 from tickwork.platform.observability import emit, logger
 from tickwork.platform.sql import query
 from tickwork.platform.wallclock import zone
+from tickwork.recipients.policy import zone_for
+from tickwork.rules import unsubscribe_url
 from tickwork.rules.conditions import first_failing
 from tickwork.rules.metering import FEW_RENDERS, RenderBudget
 from tickwork.rules.model import (
@@ -42,9 +47,11 @@ from tickwork.rules.model import (
     CompiledRule,
     Failed,
     Fired,
+    KeyLimit,
     ProduceResult,
     Rule,
     Skipped,
+    bounded_limit_key,
     time_key,
     with_generation,
 )
@@ -53,6 +60,12 @@ from tickwork.rules.templating import RenderError
 _KEY_HISTORY = query("key_history")
 _INSERT_LEDGER = query("insert_rule_action")
 _RECORD_ERROR = query("record_rule_error")
+_TAKE_KEY = query("take_rule_key")
+_TAKE_SHARED_KEY = query("take_shared_key")
+
+# The digests a per-key limit collects its excess into (source_id: the rule), apart from
+# those of a rule's own `digest` (source `rule`).
+LIMIT_SOURCE = "limit"
 
 Kind = Literal["event", "time"]
 
@@ -98,6 +111,8 @@ class Firing:
     reference: str | None = None
     reference_at: datetime | None = None
     rescheduled_from: UUID | None = None
+    # Where a digest window's wall time (`until`) is read when the recipient has no zone.
+    workspace_zone: str = "UTC"
 
 
 def record_failure(conn: Connection, rule: Rule, message: str) -> None:
@@ -144,9 +159,15 @@ def fire(
         return gated
     try:
         target = compiled.target.render(firing.context, budget)
-        payload = compiled.payload.render(firing.context, budget)
+        payload = unsubscribe_url.fill(
+            compiled.payload.render(unsubscribe_url.context(firing.context), budget),
+            settings, workspace_id, rule_id=rule.id,
+        )  # fmt: skip
         recipient = (
             compiled.recipient.render(firing.context, budget) if compiled.recipient else None
+        )
+        limit_key = (
+            compiled.limit_key.render(firing.context, budget) if compiled.limit_key else recipient
         )
     except RenderError as exc:
         record_failure(conn, rule, exc.message)
@@ -167,8 +188,13 @@ def fire(
         transactional=rule.transactional,
     )
     try:
-        with conn.transaction():
+        with conn.transaction() as tx:
+            held = _held(conn, workspace_id, firing, str(limit_key), new, settings, now, budget)
+            if held is not None:
+                return held  # dropped, collected into the key's digest, or failed doing so
             scheduled = scheduling.schedule(conn, workspace_id, new, settings, now)
+            if not scheduled.created and compiled.limit is not None:
+                raise psycopg.Rollback(tx)  # made before: the key's slot is given back
             if scheduled.created:
                 conn.execute(
                     _INSERT_LEDGER,
@@ -193,6 +219,154 @@ def fire(
         return Skipped(rule.id, "duplicate", "already made for this key", scheduled.action.id)
     return Fired(rule.id, scheduled.action.id, scheduled.action.publish_at, dedupe_key,
                  firing.rescheduled_from)  # fmt: skip
+
+
+def take_key(
+    conn: Connection, workspace_id: UUID, rule_id: UUID | None, limit: KeyLimit, key: str,
+    at: datetime,
+) -> bool:  # fmt: skip
+    """One of the key's `count` actions in its window, in the caller's transaction (so a
+    firing that writes nothing takes nothing); False when the window has none left. A
+    shared limit (and a drip step's, `rule_id` None) counts in the workspace's window for
+    the key, a rule's own in the rule's."""
+    params = {"workspace_id": workspace_id, "key": bounded_limit_key(key), "now": at,
+              "per_seconds": limit.per_seconds, "count": limit.count}  # fmt: skip
+    if limit.shared or rule_id is None:
+        return conn.execute(_TAKE_SHARED_KEY, params).fetchone() is not None
+    return conn.execute(_TAKE_KEY, params | {"rule_id": rule_id}).fetchone() is not None
+
+
+class _NoRoom(Exception):
+    """The key had no room left in its window."""
+
+
+def _held(
+    conn: Connection,
+    workspace_id: UUID,
+    firing: Firing,
+    key: str,
+    alone: NewAction,
+    settings: Settings,
+    now: datetime,
+    budget: RenderBudget | None,
+) -> Fired | Skipped | Failed | None:
+    """What the rule's per-key limit makes of this firing: None when there is no limit or
+    the key had room (its slot is taken: the caller makes the action), else the outcome:
+    `rate_limited` (the excess dropped) or the firing collected into the key's digest."""
+    limit, rule = firing.rule.limit, firing.rule.rule
+    if limit is None:
+        return None
+    if limit.excess == "drop":
+        try:
+            with conn.transaction():
+                if take_key(conn, workspace_id, rule.id, limit, key, firing.publish_at):
+                    return None
+                raise _NoRoom  # its savepoint rolled back: nothing of this firing is written
+        except _NoRoom:
+            pass
+        return Skipped(
+            rule.id, "rate_limited", f"its key already had {limit.words()} (the excess is dropped)"
+        )
+    try:
+        added = _take_or_collect(
+            conn, workspace_id, firing, limit, key, alone, settings, now, budget
+        )
+    except RenderError as exc:
+        # The payload rendered again with the digest's items (`items`, `count`, ...); the
+        # digest's savepoint has been rolled back, nothing of this firing is written.
+        record_failure(conn, rule, exc.message)
+        return Failed(rule.id, rule.name, exc.field, exc.message)
+    if added is None or isinstance(added, Skipped):
+        return added
+    return _collected_outcome(conn, workspace_id, firing, limit, added)
+
+
+def _take_or_collect(
+    conn: Connection,
+    workspace_id: UUID,
+    firing: Firing,
+    limit: KeyLimit,
+    key: str,
+    alone: NewAction,
+    settings: Settings,
+    now: datetime,
+    budget: RenderBudget | None,
+) -> Added | Skipped | None:
+    """A firing under a limit whose excess goes into a digest: None when the key had room
+    (its slot is taken, the caller makes the action alone), a duplicate of the one sent
+    alone, else what adding the firing to the key's open digest did. A firing collected
+    before is that digest's duplicate, even once the key has room again, so a repeat never
+    sends alone what a digest has."""
+    compiled, rule = firing.rule, firing.rule.rule
+    assert limit.digest_window is not None
+    timezone = firing.workspace_zone
+    if limit.digest_window.until is not None:
+        timezone, _ = zone_for(conn, workspace_id, given=None, recipient_id=alone.recipient_id,
+                               workspace_zone=firing.workspace_zone)  # fmt: skip
+    collect = Collect(
+        workspace_id, LIMIT_SOURCE, rule.id, limit.digest_window, alone.target_key, key[:200],
+        alone.recipient_id, timezone, rule.transactional,
+    )  # fmt: skip
+    event = firing.context.get("event", {})
+    item = Item(
+        firing.idempotency_key,
+        {"context": firing.context.get("context"), "event": event},
+        datetime.fromisoformat(event["occurred_at"]) if "occurred_at" in event else now,
+    )
+    earlier = collected(conn, collect, item.key)
+    if earlier is not None:
+        return earlier
+    if take_key(conn, workspace_id, rule.id, limit, key, firing.publish_at):
+        return None
+    # The key's row lock waited for a concurrent delivery of this same firing that took
+    # the last slot and has now committed its action: this one is its duplicate, not an
+    # item (else the digest would send again what was sent alone).
+    gated = _gate(rule_rows(conn, _KEY_HISTORY, {"workspace_id": workspace_id,
+                                                 "idempotency_key": firing.idempotency_key}),
+                  rule.id)  # fmt: skip
+    if gated is not None:
+        return gated
+
+    def compose(view: dict[str, Any]) -> NewAction:
+        payload = unsubscribe_url.fill(
+            compiled.payload.render(unsubscribe_url.context(firing.context | view), budget),
+            settings, workspace_id, rule_id=rule.id,
+        )  # fmt: skip
+        return NewAction(
+            action_type=rule.action_type, target_key=alone.target_key, publish_at=now,
+            payload=payload, source=SOURCE, created_by=alone.created_by,
+            recipient_id=alone.recipient_id, transactional=rule.transactional,
+        )  # fmt: skip
+
+    return add_item(conn, collect, item, compose, settings, now)
+
+
+def _collected_outcome(
+    conn: Connection, workspace_id: UUID, firing: Firing, limit: KeyLimit, added: Added
+) -> Fired | Skipped:
+    """The result of a firing over its key's limit that went into a digest; the digest's
+    action, when this firing opened it, is a ledger entry of the rule like any other."""
+    rule = firing.rule.rule
+    if added.outcome == "duplicate":
+        return Skipped(rule.id, "duplicate", f"already in digest {added.digest_id}",
+                       added.action_id)  # fmt: skip
+    if added.outcome == "opened":
+        assert added.action_id is not None
+        assert added.publish_at is not None
+        conn.execute(
+            _INSERT_LEDGER,
+            {"action_id": added.action_id, "workspace_id": workspace_id, "rule_id": rule.id,
+             "kind": firing.kind, "idempotency_key": f"digest:{added.digest_id}",
+             "entity_type": firing.entity_type, "entity_id": firing.entity_id,
+             "reference": None, "reference_at": None, "context": Jsonb(firing.context)},
+        )  # fmt: skip
+        return Fired(rule.id, added.action_id, added.publish_at, f"digest:{added.digest_id}")
+    return Skipped(
+        rule.id, "digested",
+        f"its key already had {limit.words()}: added to digest {added.digest_id}"
+        f" ({added.count} items)",
+        added.action_id,
+    )  # fmt: skip
 
 
 def withdraw(conn: Connection, row: RuleRow, reason: str, result: ProduceResult) -> bool:

@@ -75,7 +75,9 @@ def _params(valid: RuleInput) -> dict[str, Any]:
         "offset_seconds": t.offset_seconds, "conditions": Jsonb(valid.conditions),
         "action_type": a.action_type, "target_key": a.target_key,
         "payload_template": Jsonb(a.payload), "recipient_template": a.recipient_id,
-        "transactional": a.transactional,
+        "transactional": a.transactional, "load": Jsonb(valid.load),
+        "digest": Jsonb(a.digest) if a.digest is not None else None,
+        "rate_limit": Jsonb(a.limit) if a.limit is not None else None,
     }  # fmt: skip
 
 
@@ -187,6 +189,7 @@ class RuleChanges:
     trigger: Trigger | None = None
     conditions: list[dict[str, Any]] | None = None
     action: ActionTemplate | None = None
+    load: dict[str, Any] | None = None
 
 
 def edit_rule(
@@ -208,7 +211,7 @@ def edit_rule(
         current = rule_from_row(row)
         merged = RuleInput(
             name=current.name, trigger=current.trigger, action=current.action,
-            conditions=current.conditions, enabled=current.enabled,
+            conditions=current.conditions, enabled=current.enabled, load=current.load,
         )  # fmt: skip
         merged = replace(merged, **{k: v for k, v in vars(changes).items() if v is not None})
         if merged.trigger.type != current.trigger_type:

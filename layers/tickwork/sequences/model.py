@@ -10,7 +10,11 @@ A campaign is an ordered list of steps. Each step has
   sandboxed templating from the enrollment's context when the step's row is made;
 - optional **conditions** (the rules' conditions), evaluated when the step fires against
   the enrollment's data as it is then: a step whose conditions do not hold is skipped, with
-  the reason recorded, and the enrollment moves on.
+  the reason recorded, and the enrollment moves on;
+- an optional **digest** (a rule's digest: key and window; always the recipient's shared
+  digest for that key and window) and per-key **limit** (a rule's limit; always counted in
+  the workspace's shared window for its key). Such a step makes no row in advance: it is
+  decided when it is due (collected, sent, or dropped as its limit says).
 
 The context of templates and conditions: `data` (the enrollment's data, which the app may
 change), `recipient` (`id`, `timezone`), `enrollment` (`id`, `step`, `campaign_id`).
@@ -27,10 +31,12 @@ from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from tickwork.actions.model import PAYLOAD_MAX_BYTES, payload_size
+from tickwork.digests.model import DigestError, DigestSpec, parse_spec
 from tickwork.platform.config import Settings
 from tickwork.platform.errors import InputError, PayloadTooLargeError, UnknownActionTypeError
 from tickwork.platform.wallclock import parse_clock, resolve_wall_time
 from tickwork.rules.conditions import Condition, parse_conditions
+from tickwork.rules.model import KeyLimit, validate_key_limit
 from tickwork.rules.templating import JsonTemplate, compile_string, is_template
 
 SOURCE = "sequence"
@@ -43,6 +49,7 @@ EVENT_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 # error_code of a step's row cancelled when its enrollment exits.
 EXITED = "exited"
 SKIPPED = "skipped"
+STEP_ACTION_FIELDS = frozenset({"action_type", "target_key", "payload", "digest", "limit"})
 
 Status = Literal["active", "completed", "exited"]
 
@@ -68,13 +75,33 @@ class Step:
     payload: dict[str, Any]
     conditions: list[Condition] = field(default_factory=list)
     name: str | None = None
+    digest: DigestSpec | None = None
+    # The limit as stored (validate_key_limit): always shared.
+    limit: dict[str, Any] | None = None
+
+    @property
+    def decided_when_due(self) -> bool:
+        """A step that collects or is limited makes no row in advance."""
+        return self.digest is not None or self.limit is not None
+
+    @property
+    def key_limit(self) -> KeyLimit | None:
+        return KeyLimit.of(self.limit) if self.limit is not None else None
 
     def as_json(self) -> dict[str, Any]:
+        action: dict[str, Any] = {
+            "action_type": self.action_type,
+            "target_key": self.target_key,
+            "payload": self.payload,
+        }
+        if self.digest is not None:
+            action["digest"] = self.digest.as_json()
+        if self.limit is not None:
+            action["limit"] = self.limit
         return {
             "name": self.name,
             "wait": self.wait.as_json(),
-            "action": {"action_type": self.action_type, "target_key": self.target_key,
-                       "payload": self.payload},
+            "action": action,
             "conditions": [c.as_json() for c in self.conditions],
         }  # fmt: skip
 
@@ -179,9 +206,10 @@ def _step(raw: Any, index: int, settings: Settings) -> Step:
         )
     wait = _wait(raw.get("wait"), f"{where}.wait")
     action = raw.get("action")
-    if not isinstance(action, Mapping) or set(action) - {"action_type", "target_key", "payload"}:
+    if not isinstance(action, Mapping) or set(action) - STEP_ACTION_FIELDS:
         raise InputError(
-            f"{where}.action must be an object with action_type, target_key and payload",
+            f"{where}.action must be an object with action_type, target_key and payload, and"
+            " optionally digest and limit",
             field=f"{where}.action",
         )
     action_type = action.get("action_type")
@@ -220,7 +248,48 @@ def _step(raw: Any, index: int, settings: Settings) -> Step:
     name = raw.get("name")
     if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= 200):
         raise InputError(f"{where}.name must be 1 to 200 characters", field=f"{where}.name")
-    return Step(wait, action_type, target, payload, conditions, name)  # type: ignore[arg-type]
+    digest = _step_digest(action.get("digest"), f"{where}.action.digest")
+    limit = _step_limit(action.get("limit"), f"{where}.action.limit", digest)
+    return Step(wait, action_type, target, payload, conditions, name,  # type: ignore[arg-type]
+                digest, limit)  # fmt: skip
+
+
+def _step_digest(raw: Any, where: str) -> DigestSpec | None:
+    """A step's digest: a rule's, always the recipient's shared one for its key and window
+    (an enrollment passes a step once: alone, it would have nothing to collect)."""
+    if raw is None:
+        return None
+    spec = parse_spec(raw, where)
+    if isinstance(raw, Mapping) and raw.get("shared") is False:
+        raise DigestError(
+            f"{where}.shared: a step's digest is always the recipient's shared digest for its"
+            " key and window (an enrollment passes a step once)",
+            field=f"{where}.shared",
+        )
+    if spec.key is not None:
+        compile_string(spec.key, f"{where}.key")
+    return DigestSpec(spec.window, spec.key, shared=True)
+
+
+def _step_limit(raw: Any, where: str, digest: DigestSpec | None) -> dict[str, Any] | None:
+    """A step's per-key limit: a rule's, always counted in the workspace's shared window
+    for its key (by default the recipient)."""
+    if raw is None:
+        return None
+    if isinstance(raw, Mapping) and raw.get("shared") is False:
+        raise InputError(
+            f"{where}.shared: a step's limit always counts in the workspace's window for its"
+            " key, with the rules' and steps' shared limits",
+            field=f"{where}.shared",
+        )
+    stored = validate_key_limit(raw, True, "event", where)
+    if digest is not None and stored["excess"] == "digest":
+        raise InputError(
+            f"{where}.excess 'digest' is for a step that sends alone; this step already"
+            " collects into its digest",
+            field=f"{where}.excess",
+        )
+    return stored | {"shared": True}
 
 
 def validate_campaign(given: CampaignInput, settings: Settings) -> tuple[list[Step], list[str]]:
@@ -255,6 +324,8 @@ def steps_from_json(raw: list[Any], settings: Settings) -> list[Step]:
                 action["action_type"], action["target_key"], action.get("payload", {}),
                 parse_conditions(item.get("conditions") or [], ROOTS),
                 item.get("name"),
+                parse_spec(action["digest"]) if action.get("digest") is not None else None,
+                action.get("limit"),
             )
         )  # fmt: skip
     return steps

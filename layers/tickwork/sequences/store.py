@@ -13,6 +13,13 @@ the trigger never locks an enrollment (exits lock the enrollment, then the actio
 The advance is an optimistic lock (`WHERE current_step = $old`): of two concurrent
 advancers one moves the enrollment and makes the row, the other changes nothing.
 
+A step with a `digest` or a `limit` is decided when it is due, not in advance: the
+enrollment waits (`next_send_at`, no current action) and the advance pass, once it is due,
+locks the enrollment and, in one transaction, checks the step's conditions and collects it
+into the recipient's shared digest, makes its row (its key had room), or drops it (it had
+none); a collected or dropped step moves the enrollment on at once, as a sent one would,
+and its change log entry (`digest` on the digest's action, or `drop`) names the enrollment.
+
 An exit marks the enrollment exited and cancels its pending step in one transaction. A
 step a dispatcher has already claimed cannot be cancelled (the conditional UPDATE says
 so): then it is sent, and the enrollment records `exit_outcome` `in_flight`; no further
@@ -30,7 +37,10 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from tickwork.actions import model, scheduling, store
+from tickwork.actions.bulk import Exits
 from tickwork.actions.model import Action, NewAction, action_from_row
+from tickwork.digests.model import SHARED_ACTION_SOURCE, Item, Window
+from tickwork.digests.store import Added, add_item, shared
 from tickwork.platform.config import Settings
 from tickwork.platform.db import Connection, storable
 from tickwork.platform.errors import ConflictError, InputError, NotFoundError
@@ -39,15 +49,19 @@ from tickwork.platform.sql import query
 from tickwork.platform.wallclock import require_aware, zone
 from tickwork.recipients.model import check_recipient_id
 from tickwork.recipients.store import find_recipient
+from tickwork.rules import unsubscribe_url
+from tickwork.rules.conditions import first_failing
 from tickwork.rules.events import has_nul
 from tickwork.rules.metering import FEW_RENDERS, MANY_RENDERS, RenderBudget
-from tickwork.rules.templating import RenderError
+from tickwork.rules.produce import take_key
+from tickwork.rules.templating import JsonTemplate, RenderError
 from tickwork.sequences.model import (
     EXITED,
     SOURCE,
     Campaign,
     CampaignInput,
     Enrollment,
+    Step,
     context,
     dedupe_key,
     enrollment_from_row,
@@ -75,9 +89,15 @@ _MARK_ADVANCED = query("mark_advanced")
 _EXIT = query("exit_enrollment")
 _SET_EXIT_OUTCOME = query("set_exit_outcome")
 _LOG_EXIT = query("log_exit")
+_ACTIVE_OF_CAMPAIGN = query("active_enrollments_of_campaign")
+_ACTIVE_OF_RECIPIENT = query("active_enrollments_of_recipient")
 _UPDATE_DATA = query("update_enrollment_data")
 _EXIT_EVENT = query("exit_event_enrollments")
 _ENROLLMENT_ACTIONS = query("enrollment_actions")
+_WAIT = query("wait_for_step")
+_WAITING = query("waiting_enrollments")
+_LOCK_WAITING = query("lock_waiting_enrollment")
+_LOG_STEP = query("log_step_change")
 
 MAX_DATA_BYTES = 65536
 
@@ -196,17 +216,29 @@ def enroll(
     return Enrolled(enrollment_from_row(fresh), created=True)
 
 
+@dataclass(frozen=True)
+class _Waiting:
+    """The step is decided when it is due: the enrollment waits for it."""
+
+
 def _make_step(
     conn: Connection, enrollment: Enrollment, campaign: Campaign, index: int, base: datetime,
     settings: Settings, now: datetime, created_by: str | None, budget: RenderBudget,
-) -> Action | None:  # fmt: skip
+    due: datetime | None = None,
+) -> Action | _Waiting | None:  # fmt: skip
     """The row of step `index` (the enrollment already points at it), or None when the
-    step cannot be made: then the reason is recorded and the enrollment moves on (a step
-    whose template fails, or exceeds its budget, is rendered once, never again)."""
+    step makes none: then the enrollment moves on. A step that cannot be made has its
+    reason recorded (a step whose template fails, or exceeds its budget, is rendered once,
+    never again); one decided when due waits for its time (`_Waiting`), then is collected
+    or dropped (None) or made. `due`: the time of a step that waited."""
     step = campaign.steps[index]
     recipient = find_recipient(conn, enrollment.workspace_id, enrollment.recipient_id)
     timezone = recipient.timezone if recipient else "UTC"
-    at = max(step_time(step, enrollment.starts_at, base, zone(timezone)), now)
+    asked = due if due is not None else step_time(step, enrollment.starts_at, base, zone(timezone))
+    at = max(asked, now)
+    if step.decided_when_due and at > now:
+        conn.execute(_WAIT, {"id": enrollment.id, "step": index, "at": at})
+        return _Waiting()
     ctx = context(
         enrollment.id,
         enrollment.campaign_id,
@@ -220,13 +252,21 @@ def _make_step(
         # about no longer compiles: skipped with the reason like any other failure.
         target_t, payload_t = step.templates()
         target = target_t.render(ctx, budget)
-        payload = payload_t.render(ctx, budget)
-        new = NewAction(
-            action_type=step.action_type, target_key=target, publish_at=at, payload=payload,
-            dedupe_key=dedupe_key(enrollment.id, index), source=SOURCE, created_by=created_by,
-            recipient_id=enrollment.recipient_id,
-        )  # fmt: skip
         with conn.transaction():
+            if step.decided_when_due:
+                decided = _decide(conn, enrollment, step, index, str(target), ctx, timezone,
+                                  settings, now, budget)  # fmt: skip
+                if decided is None:
+                    return None
+            payload = unsubscribe_url.fill(
+                payload_t.render(unsubscribe_url.context(ctx), budget),
+                settings, enrollment.workspace_id, campaign_id=enrollment.campaign_id,
+            )  # fmt: skip
+            new = NewAction(
+                action_type=step.action_type, target_key=target, publish_at=at,
+                payload=payload, dedupe_key=dedupe_key(enrollment.id, index), source=SOURCE,
+                created_by=created_by, recipient_id=enrollment.recipient_id,
+            )  # fmt: skip
             scheduled = scheduling.schedule(conn, enrollment.workspace_id, new, settings, now)
     except (RenderError, InputError, ConflictError) as exc:
         message = f"step {index} was skipped: {exc.message}"[:2000]
@@ -248,6 +288,110 @@ def _make_step(
          "next_send_at": action.publish_at},
     )  # fmt: skip
     return action
+
+
+class _NoRoom(Exception):
+    """The step's key had its limit's count in the window."""
+
+
+def _decide(
+    conn: Connection, enrollment: Enrollment, step: Step, index: int, target: str,
+    ctx: dict[str, Any], timezone: str, settings: Settings, now: datetime,
+    budget: RenderBudget,
+) -> bool | None:  # fmt: skip
+    """A step that collects or is limited, now that it is due, in the caller's transaction:
+    True when it is to be made alone (its key had room), None when it was skipped by its
+    conditions, collected into a digest or dropped by its limit (its change log says which).
+    Raises what rendering or collecting raises, having written nothing."""
+    failing = first_failing(step.conditions, ctx)
+    if failing is not None:
+        _log_step(conn, enrollment, None, "skip", f"step {index} skipped: {failing}")
+        return None
+    limit = step.key_limit
+    key = enrollment.recipient_id
+    if limit is not None and limit.key is not None:
+        key = str(JsonTemplate(limit.key, "action.limit.key").render(ctx, budget))
+    if step.digest is not None:
+        digest_key = (
+            str(JsonTemplate(step.digest.key, "action.digest.key").render(ctx, budget))
+            if step.digest.key is not None else ""
+        )  # fmt: skip
+        try:
+            with conn.transaction():
+                added = _collect(conn, enrollment, step, index, step.digest.window, digest_key,
+                                 target, ctx, timezone, settings, now, budget)  # fmt: skip
+                # A limit on a step that collects counts the digests it opens.
+                if (
+                    added.outcome == "opened"
+                    and limit is not None
+                    and not take_key(conn, enrollment.workspace_id, None, limit, key, now)
+                ):
+                    raise _NoRoom  # fmt: skip
+        except _NoRoom:
+            assert limit is not None
+            _log_step(conn, enrollment, None, "drop",
+                      f"step {index} dropped: its key had {limit.words()} digests")  # fmt: skip
+            return None
+        _log_collected(conn, enrollment, index, added)
+        return None
+    assert limit is not None
+    if take_key(conn, enrollment.workspace_id, None, limit, key, now):
+        return True
+    if limit.excess == "drop" or limit.digest_window is None:
+        _log_step(conn, enrollment, None, "drop",
+                  f"step {index} dropped: its key already had {limit.words()}")  # fmt: skip
+        return None
+    added = _collect(conn, enrollment, step, index, limit.digest_window, key, target, ctx,
+                     timezone, settings, now, budget)  # fmt: skip
+    _log_collected(conn, enrollment, index, added)
+    return None
+
+
+def _collect(
+    conn: Connection, enrollment: Enrollment, step: Step, index: int, window: Window,
+    key: str, target: str, ctx: dict[str, Any], timezone: str, settings: Settings,
+    now: datetime, budget: RenderBudget,
+) -> Added:  # fmt: skip
+    """The step as an item of the recipient's shared digest for the key and window: the
+    item is what the step's template sees (`data`, `recipient`, `enrollment`) and which
+    step it is; the digest's payload is the step's template rendered with its items."""
+    collect = shared(enrollment.workspace_id, step.action_type, window, target, key,
+                     enrollment.recipient_id, timezone)  # fmt: skip
+    item = Item(
+        f"step:{dedupe_key(enrollment.id, index)}",
+        ctx | {"source": "sequence", "step": {"index": index, "name": step.name}},
+        now,
+    )
+    _, payload_t = step.templates()
+
+    def compose(view: dict[str, Any]) -> NewAction:
+        payload = unsubscribe_url.fill(
+            payload_t.render(unsubscribe_url.context(ctx | view), budget),
+            settings, enrollment.workspace_id, campaign_id=enrollment.campaign_id,
+        )  # fmt: skip
+        return NewAction(
+            action_type=step.action_type, target_key=target, publish_at=now, payload=payload,
+            source=SHARED_ACTION_SOURCE, recipient_id=enrollment.recipient_id,
+        )  # fmt: skip
+
+    return add_item(conn, collect, item, compose, settings, now)
+
+
+def _log_collected(conn: Connection, enrollment: Enrollment, index: int, added: Added) -> None:
+    if added.outcome == "duplicate":
+        reason = f"step {index} was already in digest {added.digest_id}"
+    else:
+        reason = f"step {index} collected into digest {added.digest_id} ({added.count} items)"
+    _log_step(conn, enrollment, added.action_id, "digest", reason)
+
+
+def _log_step(
+    conn: Connection, enrollment: Enrollment, action_id: UUID | None, kind: str, reason: str
+) -> None:
+    conn.execute(_LOG_STEP, {
+        "workspace_id": enrollment.workspace_id, "action_id": action_id,
+        "enrollment_id": enrollment.id, "kind": kind, "reason": reason,
+    })  # fmt: skip
 
 
 def _load(conn: Connection, workspace_id: UUID | None, enrollment_id: UUID) -> Enrollment | None:
@@ -378,6 +522,36 @@ def exit_on_event(
     return exited
 
 
+def exit_active(
+    conn: Connection,
+    workspace_id: UUID,
+    *,
+    campaign_id: UUID | None = None,
+    recipient_id: str | None = None,
+    limit: int,
+    reason: str,
+    actor: str,
+) -> Exits:
+    """Exit up to `limit` running enrollments of a campaign, or of a recipient in any
+    campaign, each as `exit_enrollment` does (its pending step cancelled, no further step
+    made): a bulk cancel by campaign or recipient, whose advance would otherwise make the
+    next step of a cancelled one."""
+    params: dict[str, Any] = {"workspace_id": workspace_id, "limit": limit}
+    if campaign_id is not None:
+        sql, params = _ACTIVE_OF_CAMPAIGN, params | {"campaign_id": campaign_id}
+    else:
+        assert recipient_id is not None
+        sql, params = _ACTIVE_OF_RECIPIENT, params | {"recipient_id": recipient_id}
+    rows = conn.execute(sql, params).fetchall()
+    exited = cancelled = 0
+    for (enrollment_id,) in rows:
+        done = exit_enrollment(conn, workspace_id, enrollment_id, reason, actor)
+        if done.status == "exited":
+            exited += 1
+            cancelled += done.exit_outcome == "cancelled"
+    return Exits(taken=len(rows), exited=exited, cancelled=cancelled)
+
+
 # ------------------------------------------------------------------------------- advance
 
 
@@ -389,30 +563,35 @@ class AdvanceSummary:
     followed: int = 0
     lost: int = 0  # another advancer (or an exit) got there first
     errors: int = 0
+    decided: int = 0  # steps decided when due (collected, dropped or made)
     made: list[UUID] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
         return {"enrollments": self.enrollments, "advanced": self.advanced,
                 "completed": self.completed, "followed": self.followed, "lost": self.lost,
-                "errors": self.errors}  # fmt: skip
+                "errors": self.errors, "decided": self.decided}  # fmt: skip
 
 
 def _place(
     conn: Connection, enrollment: Enrollment, campaign: Campaign, base: datetime,
     settings: Settings, now: datetime, created_by: str | None,
-    budget: RenderBudget | None = None,
+    budget: RenderBudget | None = None, due: datetime | None = None,
 ) -> Action | None:  # fmt: skip
     """Make the row of the step the enrollment points at; a step that cannot be made is
-    skipped (its reason in `last_error`) for the next, and past the last step the
-    enrollment completes. The steps' renders share `budget` (by default, a few renders'
-    worth for this enrollment), so a campaign of failing steps costs a bounded time."""
+    skipped (its reason in `last_error`) for the next, as is one collected or dropped when
+    due, and past the last step the enrollment completes. The steps' renders share `budget`
+    (by default, a few renders' worth for this enrollment), so a campaign of failing steps
+    costs a bounded time. `due`: the time of the step the enrollment waited for."""
     if budget is None:
         budget = RenderBudget.of("the steps of this enrollment", FEW_RENDERS)
     while True:
         index = enrollment.current_step
         made = _make_step(
-            conn, enrollment, campaign, index, base, settings, now, created_by, budget
+            conn, enrollment, campaign, index, base, settings, now, created_by, budget, due
         )
+        due = None
+        if isinstance(made, _Waiting):
+            return None
         if made is not None:
             return made
         params = {"id": enrollment.id, "old_step": index, "new_step": index + 1,
@@ -502,7 +681,43 @@ def advance_ready(
         except Exception:
             summary.errors += 1
             logger.exception("advancing an enrollment failed", extra={"id": str(enrollment_id)})
+    for (enrollment_id,) in conn.execute(_WAITING, {"now": now, "limit": limit}).fetchall():
+        try:
+            decide_due(conn, enrollment_id, settings, now, summary, budgets)
+        except Exception:
+            summary.errors += 1
+            logger.exception("deciding a due step failed", extra={"id": str(enrollment_id)})
     return summary
+
+
+def decide_due(
+    conn: Connection, enrollment_id: UUID, settings: Settings, now: datetime,
+    summary: AdvanceSummary | None = None, budgets: dict[UUID, RenderBudget] | None = None,
+) -> Action | None:  # fmt: skip
+    """Decide the step an enrollment waited for, now that it is due: collected, dropped
+    (the enrollment moves on to the next step) or made, under the enrollment's row lock,
+    in one transaction. A pass that finds it locked or no longer waiting changes nothing."""
+    summary = summary if summary is not None else AdvanceSummary()
+    summary.enrollments += 1
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_LOCK_WAITING, {"id": enrollment_id, "now": now}).fetchone()
+        if row is None:
+            summary.lost += 1
+            return None
+        enrollment = enrollment_from_row(row)
+        campaign = get_campaign(conn, enrollment.workspace_id, enrollment.campaign_id, settings)
+        budget = None
+        if budgets is not None:
+            budget = budgets.setdefault(
+                enrollment.workspace_id,
+                RenderBudget.of("this workspace's drip steps in this pass", MANY_RENDERS),
+            )
+        made = _place(conn, enrollment, campaign, now, settings, now, None, budget,
+                      due=enrollment.next_send_at)  # fmt: skip
+    summary.decided += 1
+    if made is not None:
+        summary.made.append(made.id)
+    return made
 
 
 def emit_metrics(summary: AdvanceSummary) -> None:

@@ -5,12 +5,12 @@
 insert into scheduled_actions (
     workspace_id, created_by, action_type, thing_id, target_key, payload, publish_at,
     dedupe_key, rescheduled_from, source, recurring_schedule_id, connection_id, recipient_id,
-    transactional, original_publish_at, timezone
+    transactional, original_publish_at, timezone, tags
 ) values (
     %(workspace_id)s, %(created_by)s, %(action_type)s, %(thing_id)s, %(target_key)s,
     %(payload)s, %(publish_at)s, %(dedupe_key)s, %(rescheduled_from)s, %(source)s,
     %(recurring_schedule_id)s, %(connection_id)s, %(recipient_id)s, %(transactional)s,
-    %(original_publish_at)s, %(timezone)s
+    %(original_publish_at)s, %(timezone)s, %(tags)s::text[]
 )
 on conflict (workspace_id, dedupe_key) where dedupe_key is not null do nothing
 returning *
@@ -65,10 +65,86 @@ where a.id = %(id)s and a.workspace_id = %(workspace_id)s
 -- claimed longer ago than any dispatcher lives: its claimer died, and its message came back.
 -- No index names the columns it writes (migrations 0014 and 0017), so it is a HOT update;
 -- enqueued_at is set for a row claimed without having been marked, so that every claimed
--- row says when it entered a queue. It returns what a dispatcher reads (actions.Claimed).
+-- row says when it entered a queue. For a type with fallback providers, route_provider is
+-- its first: the attempt's route is recorded as that provider through the row's own
+-- connection (migration 0034), before any call and in this round trip; the dispatcher
+-- writes it again only for rows it sends elsewhere (record_routes). Null for other types.
+-- It returns what a dispatcher reads (actions.Claimed).
 update scheduled_actions
 set status = 'submitted', submitted_at = now(), attempt_count = attempt_count + 1,
-    enqueued_at = coalesce(enqueued_at, now()), updated_at = now()
+    enqueued_at = coalesce(enqueued_at, now()), updated_at = now(),
+    routed_provider = %(route_provider)s::text,
+    routed_connection_id = case when %(route_provider)s::text is not null then connection_id end,
+    routed_attempt = case when %(route_provider)s::text is not null then attempt_count + 1 end
+where id = any(%(ids)s::uuid[])
+  and action_type = %(action_type)s
+  and (status = 'queued'
+       and coalesce(next_attempt_at, publish_at)
+           <= now() + make_interval(secs => %(early_tolerance)s)
+       or status = 'submitted'
+       and %(reclaim_after)s::float8 is not null
+       and submitted_at < now() - make_interval(secs => %(reclaim_after)s))
+  and (%(max_lateness)s::float8 is null
+       or coalesce(next_attempt_at, publish_at) >= now() - make_interval(secs => %(max_lateness)s))
+returning id, workspace_id, action_type, thing_id, target_key, payload, publish_at, status,
+          attempt_count, manual_retries, next_attempt_at, source, connection_id, recipient_id,
+          transactional
+
+-- name: claim_addressed_actions
+-- claim_actions for an action type whose provider sends to addresses of a channel (`email`:
+-- Postmark, SES; `sms`: Twilio), with suppression (migration 0025): a queued row one of
+-- whose addresses is on its workspace's list, for everything or for the rule or campaign
+-- that made the row, is queued -> cancelled here (`suppressed`, the masked address and the
+-- reason in last_error, which the change log's cancel entry shows) and returned as
+-- `cancelled`: no provider sees it. The lookup is one probe of the suppressions primary key
+-- per row; the sub-select computes every column from it once. A transactional message
+-- ignores `unsubscribed` (an unsubscribe is from the others); a reclaimed row (it may have
+-- reached its provider) is not suppressed. It records the route as claim_actions does. Its
+-- WHERE and RETURNING are claim_actions' (tests/unit/test_sql_queries.py keeps them the
+-- same); other types keep claim_actions, which pays nothing for this.
+update scheduled_actions a
+set (status, submitted_at, attempt_count, enqueued_at, updated_at, finished_at, error_code,
+     last_error, routed_provider, routed_connection_id, routed_attempt) = (
+    select case when s.reason is null then 'submitted' else 'cancelled' end,
+           case when s.reason is null then now() else a.submitted_at end,
+           a.attempt_count + case when s.reason is null then 1 else 0 end,
+           case when s.reason is null then coalesce(a.enqueued_at, now()) end,
+           now(),
+           case when s.reason is not null then now() end,
+           case when s.reason is null then a.error_code else 'suppressed' end,
+           case when s.reason is null then a.last_error
+                else 'suppressed: ' || tickwork_mask_address(s.channel, s.address)
+                     || ' is on the suppression list (' || s.reason
+                     || case when s.scope <> 'all' then ', for ' || s.scope else '' end
+                     || ')' end,
+           -- The route, as claim_actions records it (a cancelled row keeps its own).
+           case when s.reason is null then %(route_provider)s::text else a.routed_provider end,
+           case when s.reason is not null then a.routed_connection_id
+                when %(route_provider)s::text is not null then a.connection_id end,
+           case when s.reason is not null then a.routed_attempt
+                when %(route_provider)s::text is not null then a.attempt_count + 1 end
+    from (select) one
+    left join lateral (
+        select s.channel, s.address, s.scope, s.reason
+        from suppressions s
+        where a.status = 'queued'
+          and s.workspace_id = a.workspace_id
+          and s.channel = %(channel)s::text
+          and s.address = any(tickwork_claim_addresses(%(channel)s::text, a.payload))
+          and s.scope = any(array[
+              'all',
+              case when a.source = 'rule' then
+                  'rule:' || (select r.rule_id from rule_actions r where r.action_id = a.id)
+              end,
+              case when a.source = 'sequence' then
+                  'campaign:' || (select e.campaign_id from enrollment_actions ea
+                                  join enrollments e on e.id = ea.enrollment_id
+                                  where ea.action_id = a.id)
+              end])
+          and (s.reason <> 'unsubscribed' or not a.transactional)
+        limit 1
+    ) s on true
+)
 where id = any(%(ids)s::uuid[])
   and action_type = %(action_type)s
   and (status = 'queued'
@@ -86,7 +162,8 @@ returning id, workspace_id, action_type, thing_id, target_key, payload, publish_
 -- name: finalize_actions
 -- submitted -> published | failed | queued, for a batch of outcomes, in one statement.
 -- attempt_delta is -1 when a claim is reverted before the provider was reached.
--- The ledger gets the provider calls in the same statement. A call that published its row
+-- The ledger gets the provider calls in the same statement, and the outbox the outcomes
+-- that a workspace's event endpoints asked for (outcome_events). A call that published its row
 -- is recorded by the row itself (attempt_count, submitted_at, finished_at, provider_id: see
 -- attempts_of_actions), so the common case sends and writes nothing more. The attempt_*
 -- arrays carry the other calls (refused, transient, ambiguous): `attempts` inserts those of
@@ -113,47 +190,72 @@ with finalized as (
     where a.id = f.id
       and a.status = 'submitted'
       and f.status in ('published', 'failed', 'queued')
-    returning a.id, a.status, a.workspace_id
+    returning a.id, a.status, a.workspace_id, a.action_type, a.finished_at, a.error_code,
+              a.attempt_count, a.provider_id, a.source, a.routed_attempt,
+              a.routed_connection_id
+), outcome_events as (
+    -- Outcome events (migration 0026): the outcomes of rows whose workspace has an active
+    -- endpoint go to the outbox, one insert for the wave; none for other workspaces.
+    insert into event_outbox (workspace_id, subject_id, event_type, action_type, status,
+                              error_code, attempt_count, provider_id, finished_at)
+    select r.workspace_id, r.id, 'action.' || r.status, r.action_type, r.status, r.error_code,
+           r.attempt_count, r.provider_id, r.finished_at
+    from finalized r
+    where r.status in ('published', 'failed') and r.source <> 'event'
+      and exists (select 1 from event_endpoints p
+                  where p.workspace_id = r.workspace_id and p.status = 'active'
+                    and 'action.' || r.status = any(p.event_types))
 ), calls as (
     select l.id, l.attempt, to_timestamp(l.started) as started_at,
            to_timestamp(l.started + l.latency_ms / 1000.0) as finished_at, l.latency_ms,
-           l.outcome, l.code, l.excerpt, r.workspace_id
+           l.outcome, l.code, l.excerpt, l.provider, l.reason, r.workspace_id, r.provider_id,
+           case when l.provider is not null and r.routed_attempt = l.attempt
+                then r.routed_connection_id end as connection_id
     from unnest(
         %(attempt_ids)s::uuid[], %(attempt_numbers)s::int[], %(attempt_outcomes)s::text[],
         %(attempt_started)s::float8[], %(attempt_latencies)s::int[],
-        %(attempt_codes)s::text[], %(attempt_excerpts)s::text[]
-    ) as l(id, attempt, outcome, started, latency_ms, code, excerpt)
+        %(attempt_codes)s::text[], %(attempt_excerpts)s::text[],
+        %(attempt_providers)s::text[], %(attempt_reasons)s::text[]
+    ) as l(id, attempt, outcome, started, latency_ms, code, excerpt, provider, reason)
     left join finalized r on r.id = l.id
 ), attempts as (
+    -- A delivery is recorded here only by a type with fallback providers (which one sent,
+    -- through the connection its route recorded); its message id is the row's.
     insert into action_attempts (
         action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,
-        provider_code, excerpt
+        provider_code, excerpt, provider, failover_reason, provider_message_id, connection_id
     )
     select id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome, code,
-           excerpt
+           excerpt, provider, reason,
+           case when outcome = 'delivered' then provider_id end, connection_id
     from calls where workspace_id is not null
 ), late_attempts as (
     insert into action_attempts as t (
         action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,
-        provider_code, provider_message_id, excerpt
+        provider_code, provider_message_id, excerpt, provider, failover_reason, connection_id
     )
     select c.id, c.attempt, a.workspace_id, c.started_at, c.finished_at, c.latency_ms,
-           c.outcome, c.code, null, c.excerpt
+           c.outcome, c.code, null, c.excerpt, c.provider, c.reason,
+           case when c.provider is not null and a.routed_attempt = c.attempt
+                then a.routed_connection_id end
     from calls c join scheduled_actions a on a.id = c.id
     where c.workspace_id is null
     union all
     select d.id, s.attempt, s.workspace_id, s.started_at, now(), null, 'delivered', null,
-           d.provider_id, null
+           d.provider_id, null, s.provider, s.failover_reason, s.connection_id
     from unnest(%(ids)s::uuid[], %(statuses)s::text[], %(provider_ids)s::text[])
         as d(id, status, provider_id)
     join action_attempts s on s.action_id = d.id and s.outcome = 'stuck'
     where %(ledger)s and d.status = 'published'
       and not exists (select 1 from finalized r where r.id = d.id)
       and not exists (select 1 from calls c where c.id = d.id)
-    on conflict (action_id, attempt) do update
+    on conflict (action_id, attempt, workspace_id) do update
     set finished_at = excluded.finished_at, latency_ms = excluded.latency_ms,
         outcome = excluded.outcome, provider_code = excluded.provider_code,
-        provider_message_id = excluded.provider_message_id, excerpt = excluded.excerpt
+        provider_message_id = excluded.provider_message_id, excerpt = excluded.excerpt,
+        provider = coalesce(t.provider, excluded.provider),
+        failover_reason = coalesce(t.failover_reason, excluded.failover_reason),
+        connection_id = coalesce(t.connection_id, excluded.connection_id)
     where t.outcome = 'stuck'
 )
 select id, status from finalized
@@ -167,6 +269,15 @@ select id, status from finalized
 select a.*,
        ra.rule_id, ra.kind as rule_kind, ra.entity_type as rule_entity_type,
        ra.entity_id as rule_entity_id, ra.reference as rule_reference,
+       -- The stored entities an event rule loaded into the snapshot (its `load`): name,
+       -- type and id of each, as the snapshot keeps them.
+       (select jsonb_agg(jsonb_build_object('name', j.name, 'entity_type',
+                                            j.value ->> 'entity_type', 'entity_id',
+                                            j.value ->> 'id') order by j.name)
+          from jsonb_each(ra.context) as j(name, value)
+         where ra.kind = 'event' and j.name not in ('context', 'event', 'rule')
+           and jsonb_typeof(j.value) = 'object' and j.value ? 'entity_type'
+           and j.value ? 'id') as rule_loaded,
        ea.enrollment_id, ea.step_index, e.campaign_id,
        coalesce((
            select jsonb_agg(to_jsonb(c) order by c.id)
@@ -183,7 +294,11 @@ select a.*,
                       'provider_code', t.provider_code,
                       'provider_message_id', t.provider_message_id, 'excerpt', t.excerpt,
                       'resolution', t.resolution, 'resolved_at', t.resolved_at,
-                      'resolution_detail', t.resolution_detail)
+                      'resolution_detail', t.resolution_detail,
+                      'delivery_status', t.delivery_status,
+                      'delivery_bounce', t.delivery_bounce, 'delivery_at', t.delivery_at,
+                      'delivery_detail', t.delivery_detail, 'provider', t.provider,
+                      'failover_reason', t.failover_reason)
                   order by t.attempt)
            from action_attempts t
            where t.action_id = a.id and t.workspace_id = a.workspace_id
@@ -295,3 +410,134 @@ select (select count(*) from batch)::int as matched,
        (select publish_at from last) as last_at,
        (select id from last) as last_id,
        array(select id from changed) as ids
+
+-- name: bulk_cancel_by_tag
+-- queued -> cancelled for at most `limit` pending rows carrying a tag, along the partial GIN
+-- index of unfinished tagged rows (ix_scheduled_actions_pending_tags: its predicate is
+-- repeated here so the planner may use it). No order and no cursor: a cancelled row leaves
+-- the pending set, so the next batch takes what is left. SKIP LOCKED steps over rows a tick
+-- or dispatcher holds this instant (their claim wins; a later batch sees them gone or
+-- still queued). The update names the status it expects, as cancel_action does; the cancel
+-- trigger writes each row's change log with the caller as actor.
+with picked as (
+    select id
+    from scheduled_actions
+    where tags @> array[%(tag)s::text] and cardinality(tags) > 0 and finished_at is null
+      and status = 'queued'
+      and workspace_id = %(workspace_id)s
+      and (%(action_type)s::text is null or action_type = %(action_type)s)
+      and (%(target_key)s::text is null or target_key = %(target_key)s)
+      and (%(thing_id)s::text is null or thing_id = %(thing_id)s)
+      and publish_at >= %(due_from)s::timestamptz and publish_at < %(due_to)s::timestamptz
+    limit %(limit)s
+    for update skip locked
+), changed as (
+    update scheduled_actions a
+    set status = 'cancelled', finished_at = now()
+    from picked p
+    where a.id = p.id and a.workspace_id = %(workspace_id)s and a.status = 'queued'
+    returning a.id
+)
+select (select count(*) from picked)::int as matched, array(select id from changed) as ids
+
+-- name: bulk_cancel_by_recipient
+-- The same for a recipient's pending rows, along ix_scheduled_actions_pending_recipient.
+with picked as (
+    select id
+    from scheduled_actions
+    where workspace_id = %(workspace_id)s and recipient_id = %(recipient_id)s
+      and finished_at is null and status = 'queued'
+      and (%(action_type)s::text is null or action_type = %(action_type)s)
+      and (%(target_key)s::text is null or target_key = %(target_key)s)
+      and (%(thing_id)s::text is null or thing_id = %(thing_id)s)
+      and publish_at >= %(due_from)s::timestamptz and publish_at < %(due_to)s::timestamptz
+    limit %(limit)s
+    for update skip locked
+), changed as (
+    update scheduled_actions a
+    set status = 'cancelled', finished_at = now()
+    from picked p
+    where a.id = p.id and a.workspace_id = %(workspace_id)s and a.status = 'queued'
+    returning a.id
+)
+select (select count(*) from picked)::int as matched, array(select id from changed) as ids
+
+-- name: bulk_cancel_by_entity
+-- The same for the pending rows rules made for an entity: its rule_actions along
+-- ix_rule_actions_entity, each row by its primary key.
+with picked as (
+    select a.id
+    from rule_actions r
+    join scheduled_actions a on a.id = r.action_id
+    where r.workspace_id = %(workspace_id)s and r.entity_type = %(entity_type)s
+      and r.entity_id = %(entity_id)s
+      and a.workspace_id = %(workspace_id)s and a.status = 'queued'
+      and (%(action_type)s::text is null or a.action_type = %(action_type)s)
+      and (%(target_key)s::text is null or a.target_key = %(target_key)s)
+      and (%(thing_id)s::text is null or a.thing_id = %(thing_id)s)
+      and a.publish_at >= %(due_from)s::timestamptz and a.publish_at < %(due_to)s::timestamptz
+    limit %(limit)s
+    for update of a skip locked
+), changed as (
+    update scheduled_actions a
+    set status = 'cancelled', finished_at = now()
+    from picked p
+    where a.id = p.id and a.workspace_id = %(workspace_id)s and a.status = 'queued'
+    returning a.id
+)
+select (select count(*) from picked)::int as matched, array(select id from changed) as ids
+
+-- name: pending_of_tag
+-- Whether a pending row with the tag is left (one probe of the same index).
+select exists (
+    select 1 from scheduled_actions
+    where tags @> array[%(tag)s::text] and cardinality(tags) > 0 and finished_at is null
+      and status = 'queued'
+      and workspace_id = %(workspace_id)s
+      and (%(action_type)s::text is null or action_type = %(action_type)s)
+      and (%(target_key)s::text is null or target_key = %(target_key)s)
+      and (%(thing_id)s::text is null or thing_id = %(thing_id)s)
+      and publish_at >= %(due_from)s::timestamptz and publish_at < %(due_to)s::timestamptz
+)
+
+-- name: pending_of_recipient
+select exists (
+    select 1 from scheduled_actions
+    where workspace_id = %(workspace_id)s and recipient_id = %(recipient_id)s
+      and finished_at is null and status = 'queued'
+      and (%(action_type)s::text is null or action_type = %(action_type)s)
+      and (%(target_key)s::text is null or target_key = %(target_key)s)
+      and (%(thing_id)s::text is null or thing_id = %(thing_id)s)
+      and publish_at >= %(due_from)s::timestamptz and publish_at < %(due_to)s::timestamptz
+)
+
+-- name: pending_of_entity
+select exists (
+    select 1
+    from rule_actions r
+    join scheduled_actions a on a.id = r.action_id
+    where r.workspace_id = %(workspace_id)s and r.entity_type = %(entity_type)s
+      and r.entity_id = %(entity_id)s
+      and a.workspace_id = %(workspace_id)s and a.status = 'queued'
+      and (%(action_type)s::text is null or a.action_type = %(action_type)s)
+      and (%(target_key)s::text is null or a.target_key = %(target_key)s)
+      and (%(thing_id)s::text is null or a.thing_id = %(thing_id)s)
+      and a.publish_at >= %(due_from)s::timestamptz and a.publish_at < %(due_to)s::timestamptz
+)
+
+-- name: by_index_only
+-- A cancel by parent reads along its partial index, never the table: statistics taken
+-- before a large cancel still count the rows it has cancelled as the parent's, and a
+-- sequential scan would read them again batch after batch. By tag, plain index scans are
+-- off too: the tag's index is a GIN one (bitmap scans only), and a probe for one row would
+-- otherwise walk the workspace's calendar index, cancelled rows included. Local to the
+-- transaction; the caller puts the settings back (`restore_scans`) when its batches are
+-- done.
+select current_setting('enable_seqscan') as seqscan,
+       current_setting('enable_indexscan') as indexscan,
+       set_config('enable_seqscan', 'off', true),
+       set_config('enable_indexscan', %(indexscan)s, true)
+
+-- name: restore_scans
+select set_config('enable_seqscan', %(seqscan)s, true),
+       set_config('enable_indexscan', %(indexscan)s, true)

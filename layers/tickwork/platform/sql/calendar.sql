@@ -13,6 +13,7 @@ where workspace_id = %(workspace_id)s
   and (%(thing_id)s::text is null or thing_id = %(thing_id)s)
   and (%(error_code)s::text is null or error_code = %(error_code)s)
   and (%(target_key)s::text is null or target_key = %(target_key)s)
+  and (%(tag)s::text is null or tags @> array[%(tag)s::text])
 order by publish_at, id
 limit %(limit)s
 

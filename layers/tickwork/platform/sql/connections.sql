@@ -11,8 +11,10 @@ select * from connections
 where id = %(id)s and workspace_id = %(workspace_id)s and status <> 'deleted'
 
 -- name: list_connections
+-- An event endpoint's connection (provider `event`) is listed as the endpoint it is
+-- (/v1/event-endpoints), not here.
 select * from connections
-where workspace_id = %(workspace_id)s and status <> 'deleted'
+where workspace_id = %(workspace_id)s and status <> 'deleted' and provider <> 'event'
   and (%(provider)s::text is null or provider = %(provider)s)
 order by created_at, id
 limit %(limit)s

@@ -13,10 +13,11 @@ select timezone from workspaces where id = %(workspace_id)s
 -- then locks the row that won and updates it.
 insert into schedule_intents (
     workspace_id, thing_id, action_type, targets, wall_date, wall_time, timezone,
-    publish_at, payload, state, updated_by
+    publish_at, payload, state, updated_by, recipient_id, transactional
 ) values (
     %(workspace_id)s, %(thing_id)s, %(action_type)s, %(targets)s, %(wall_date)s,
-    %(wall_time)s, %(timezone)s, %(publish_at)s, %(payload)s, %(state)s, %(updated_by)s
+    %(wall_time)s, %(timezone)s, %(publish_at)s, %(payload)s, %(state)s, %(updated_by)s,
+    %(recipient_id)s, %(transactional)s
 )
 on conflict (workspace_id, thing_id) do nothing
 returning *
@@ -25,7 +26,8 @@ returning *
 update schedule_intents
 set action_type = %(action_type)s, targets = %(targets)s, wall_date = %(wall_date)s,
     wall_time = %(wall_time)s, timezone = %(timezone)s, publish_at = %(publish_at)s,
-    payload = %(payload)s, state = %(state)s, updated_by = %(updated_by)s
+    payload = %(payload)s, state = %(state)s, updated_by = %(updated_by)s,
+    recipient_id = %(recipient_id)s, transactional = %(transactional)s
 where workspace_id = %(workspace_id)s and thing_id = %(thing_id)s
 returning *
 

@@ -9,14 +9,18 @@
 -- submitted_at, outcome written at finished_at, the provider's id. Its latency is claim to
 -- outcome written (it includes the wave's wait, a few milliseconds). A row published by
 -- the resolver has its attempt's entry (with its resolution) instead.
+-- The delivery state (from providers' callbacks, migration 0024) comes along; the first
+-- callback writes the publishing call's entry, which then replaces the made-up one.
 select action_id, attempt, started_at, finished_at, latency_ms, outcome, provider_code,
-       provider_message_id, excerpt, resolution, resolved_at, resolution_detail
+       provider_message_id, excerpt, resolution, resolved_at, resolution_detail,
+       delivery_status, delivery_bounce, delivery_at, delivery_detail, provider,
+       failover_reason
 from action_attempts
 where action_id = any(%(action_ids)s::uuid[]) and workspace_id = %(workspace_id)s
 union all
 select a.id, a.attempt_count, a.submitted_at, a.finished_at,
        round(extract(epoch from a.finished_at - a.submitted_at) * 1000)::int, 'delivered',
-       null, a.provider_id, null, null, null, null
+       null, a.provider_id, null, null, null, null, null, null, null, null, null, null
 from scheduled_actions a
 where a.id = any(%(action_ids)s::uuid[]) and a.workspace_id = %(workspace_id)s
   and a.status = 'published' and a.submitted_at is not null and a.attempt_count > 0
@@ -27,15 +31,30 @@ order by action_id, attempt
 
 -- name: unresolved_actions
 -- A page of the resolver's work: rows failed ambiguous or stuck whose provider can still
--- answer for them (its lookup's retention from the attempt's claim, per action type), not
--- asked within the recheck interval, after the (finished_at, id) cursor. A row finishes
--- after its claim, so the retention bound on finished_at is the index's range and the one
--- on submitted_at the exact test. age_seconds is the attempt's age by the database's clock.
+-- answer for them (its lookup's retention from the attempt's claim), not asked within the
+-- recheck interval, after the (finished_at, id) cursor. One entry per provider that can be
+-- asked: for a type without fallbacks its own provider, taken unless the attempt's ledger
+-- entry names another (the type lost its fallbacks since); for a type with fallback
+-- providers (`routed`) each of them, taken only when the attempt's entry names it (an
+-- attempt recorded without one is a person's to settle). A row finishes after its claim,
+-- so the retention bound on finished_at is the index's range and the one on submitted_at
+-- the exact test. age_seconds is the attempt's age by the database's clock.
 select a.*, extract(epoch from now() - a.submitted_at)::float8 as age_seconds
 from scheduled_actions a
-join unnest(%(action_types)s::text[], %(retention_seconds)s::float8[])
-    as t(action_type, retention) on a.action_type = t.action_type
+join unnest(%(action_types)s::text[], %(providers)s::text[], %(routed)s::bool[],
+            %(retention_seconds)s::float8[])
+    as t(action_type, provider, routed, retention) on a.action_type = t.action_type
 where a.status = 'failed'
+  and case when t.routed
+      then exists (
+          select 1 from action_attempts e
+          where e.action_id = a.id and e.attempt = greatest(a.attempt_count, 1)
+            and e.provider = t.provider)
+      else not exists (
+          select 1 from action_attempts e
+          where e.action_id = a.id and e.attempt = greatest(a.attempt_count, 1)
+            and e.provider <> t.provider)
+      end
   and a.finished_at is not null
   and a.error_code in ('ambiguous', 'stuck')
   and a.finished_at > now() - make_interval(secs => t.retention)
@@ -47,6 +66,19 @@ where a.status = 'failed'
         and r.resolved_at > now() - make_interval(secs => %(recheck_seconds)s))
 order by a.finished_at, a.id
 limit %(limit)s
+
+-- name: attempt_route
+-- Which provider an attempt called, and through which connection (null: the provider's
+-- stack-wide options, or not recorded): the ledger entry of a type with fallback providers.
+select provider, connection_id from action_attempts
+where action_id = %(id)s and attempt = greatest(%(attempt)s::int, 1)
+
+-- name: provider_id_of_another_action
+-- Another action of the connection already recorded under the provider id a lookup found:
+-- a lookup that matches by content (Twilio, Mastodon) may find a twin's message.
+select id from scheduled_actions
+where connection_id = %(connection_id)s and provider_id = %(provider_id)s and id <> %(id)s
+limit 1
 
 -- name: resolve_delivered
 -- failed (ambiguous | stuck) -> published: the provider has the message, under
@@ -67,7 +99,7 @@ with changed as (
     select id, greatest(attempt_count, 1), workspace_id, coalesce(%(started_at)s, now()),
            %(expected_code)s, %(provider_id)s, 'delivered', now(), %(detail)s
     from changed
-    on conflict (action_id, attempt) do update
+    on conflict (action_id, attempt, workspace_id) do update
     set resolution = excluded.resolution, resolved_at = excluded.resolved_at,
         resolution_detail = excluded.resolution_detail,
         provider_message_id = coalesce(excluded.provider_message_id, t.provider_message_id)
@@ -100,7 +132,7 @@ with changed as (
     select id, greatest(attempt_count, 1), workspace_id, coalesce(%(started_at)s, now()),
            %(expected_code)s, 'requeued', now(), %(detail)s
     from changed
-    on conflict (action_id, attempt) do update
+    on conflict (action_id, attempt, workspace_id) do update
     set resolution = excluded.resolution, resolved_at = excluded.resolved_at,
         resolution_detail = excluded.resolution_detail
 )
@@ -119,7 +151,7 @@ from scheduled_actions a
 where a.id = %(id)s and a.workspace_id = %(workspace_id)s
   and a.status = 'failed' and a.error_code = %(expected_code)s
   and a.attempt_count = %(attempt)s
-on conflict (action_id, attempt) do update
+on conflict (action_id, attempt, workspace_id) do update
 set resolution = excluded.resolution, resolved_at = excluded.resolved_at,
     resolution_detail = excluded.resolution_detail
 where t.resolution is null or t.resolution = 'unresolved'

@@ -6,12 +6,14 @@
 insert into recurring_schedules (
     workspace_id, created_by, action_type, target_key, thing_id, payload_template, rrule,
     dtstart, timezone, until, last_materialized_through, max_failures_before_pause,
-    catch_up_window_seconds, connection_id
+    catch_up_window_seconds, connection_id, recipient_id, transactional, timezone_from,
+    render_payload, occurrence_count, tags
 ) values (
     %(workspace_id)s, %(created_by)s, %(action_type)s, %(target_key)s, %(thing_id)s,
     %(payload_template)s, %(rrule)s, %(dtstart)s, %(timezone)s, %(until)s,
     %(last_materialized_through)s, %(max_failures_before_pause)s, %(catch_up_window_seconds)s,
-    %(connection_id)s
+    %(connection_id)s, %(recipient_id)s, %(transactional)s, %(timezone_from)s,
+    %(render_payload)s, %(occurrence_count)s, %(tags)s::text[]
 )
 returning *
 
@@ -45,6 +47,10 @@ set target_key = %(target_key)s, thing_id = %(thing_id)s,
     catch_up_window_seconds = %(catch_up_window_seconds)s,
     last_materialized_through = %(last_materialized_through)s,
     expansion_anchor = %(expansion_anchor)s,
+    occurrence_count = %(occurrence_count)s,
+    timezone_from = %(timezone_from)s,
+    recipient_id = %(recipient_id)s, transactional = %(transactional)s,
+    render_payload = %(render_payload)s,
     revision = revision + 1
 where id = %(id)s and status = %(expected_status)s
 returning *
@@ -54,7 +60,8 @@ returning *
 update recurring_schedules
 set last_materialized_through = %(through)s,
     expansion_anchor = %(anchor)s,
-    skipped_occurrences = skipped_occurrences + %(skipped)s
+    skipped_occurrences = skipped_occurrences + %(skipped)s,
+    occurrence_count = occurrence_count + %(occurrences)s
 where id = %(id)s and status = 'active'
   and last_materialized_through = %(expected_through)s
 returning *
@@ -68,9 +75,11 @@ where id = %(id)s and status = 'active'
 returning *
 
 -- name: resume_schedule
--- paused -> active, with a fresh failure count.
+-- paused -> active, with a fresh failure count (and, for a schedule that renders its
+-- payload, its occurrences counted again up to where it resumes from).
 update recurring_schedules
-set status = 'active', paused_reason = null, paused_at = null, consecutive_failures = 0
+set status = 'active', paused_reason = null, paused_at = null, consecutive_failures = 0,
+    occurrence_count = coalesce(%(occurrence_count)s, occurrence_count)
 where id = %(id)s and status = 'paused'
 returning *
 
@@ -109,18 +118,23 @@ where recurring_schedule_id = %(id)s
 returning id
 
 -- name: insert_occurrences
--- One row per instant, from the locked schedule's template. An instant that already has
--- a live row is dropped alone (ON CONFLICT on the partial unique index), the rest go in.
+-- One row per occurrence, from the locked schedule's template: at its time (moved out of
+-- the recipient's quiet hours, the rule's instant then kept as original_publish_at), with
+-- its rendered payload (none: the template as it is). An occurrence that already has a
+-- live row is dropped alone (ON CONFLICT on the partial unique index), the rest go in.
 insert into scheduled_actions (
     workspace_id, created_by, action_type, thing_id, target_key, payload, publish_at,
-    source, recurring_schedule_id, connection_id
+    original_publish_at, source, recurring_schedule_id, connection_id, recipient_id,
+    transactional, tags
 )
 select s.workspace_id, s.created_by, s.action_type, s.thing_id, s.target_key,
-       s.payload_template, o.publish_at, 'recurring', s.id, s.connection_id
+       coalesce(o.payload, s.payload_template), o.publish_at, o.original_publish_at,
+       'recurring', s.id, s.connection_id, s.recipient_id, s.transactional, s.tags
 from recurring_schedules s
-cross join unnest(%(publish_ats)s::timestamptz[]) as o (publish_at)
+cross join unnest(%(publish_ats)s::timestamptz[], %(original_publish_ats)s::timestamptz[],
+                  %(payloads)s::jsonb[]) as o (publish_at, original_publish_at, payload)
 where s.id = %(id)s
-on conflict (recurring_schedule_id, publish_at)
+on conflict (recurring_schedule_id, (coalesce(original_publish_at, publish_at)), workspace_id)
     where recurring_schedule_id is not null and source = 'recurring' and not cancelled
     do nothing
 returning id

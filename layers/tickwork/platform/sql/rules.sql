@@ -6,12 +6,12 @@
 insert into rules (
     workspace_id, name, enabled, trigger_type, event_type, entity_type, reference,
     offset_seconds, conditions, action_type, target_key, payload_template, created_by,
-    recipient_template, transactional
+    recipient_template, transactional, digest, rate_limit, load
 ) values (
     %(workspace_id)s, %(name)s, %(enabled)s, %(trigger_type)s, %(event_type)s,
     %(entity_type)s, %(reference)s, %(offset_seconds)s, %(conditions)s, %(action_type)s,
     %(target_key)s, %(payload_template)s, %(created_by)s, %(recipient_template)s,
-    %(transactional)s
+    %(transactional)s, %(digest)s, %(rate_limit)s, %(load)s
 )
 returning *
 
@@ -43,7 +43,8 @@ set name = %(name)s, enabled = %(enabled)s, event_type = %(event_type)s,
     offset_seconds = %(offset_seconds)s, conditions = %(conditions)s,
     action_type = %(action_type)s, target_key = %(target_key)s,
     payload_template = %(payload_template)s, recipient_template = %(recipient_template)s,
-    transactional = %(transactional)s, revision = revision + 1
+    transactional = %(transactional)s, digest = %(digest)s, rate_limit = %(rate_limit)s,
+    load = %(load)s, revision = revision + 1
 where id = %(id)s and workspace_id = %(workspace_id)s and deleted_at is null
 returning *
 
@@ -83,7 +84,7 @@ insert into rule_actions (
     %(action_id)s, %(workspace_id)s, %(rule_id)s, %(kind)s, %(idempotency_key)s,
     %(entity_type)s, %(entity_id)s, %(reference)s, %(reference_at)s, %(context)s
 )
-on conflict (action_id) do nothing
+on conflict (action_id, workspace_id) do nothing
 
 -- name: key_history
 -- Every row made for an idempotency key, any status: the terminal-history gate reads it.
@@ -124,6 +125,16 @@ values (%(workspace_id)s, %(entity_type)s, %(entity_id)s, %(timezone)s, %(contex
         %(updated_by)s)
 on conflict (workspace_id, entity_type, entity_id) do update
 set timezone = excluded.timezone, context = excluded.context, updated_by = excluded.updated_by
+returning *, (xmax = 0) as created
+
+-- name: upsert_entity_context
+-- Create an entity or change its context alone (its zone and dates stay), holding its row
+-- lock as upsert_entity does.
+insert into entities (workspace_id, entity_type, entity_id, timezone, context, updated_by)
+values (%(workspace_id)s, %(entity_type)s, %(entity_id)s, %(timezone)s, %(context)s,
+        %(updated_by)s)
+on conflict (workspace_id, entity_type, entity_id) do update
+set context = excluded.context, updated_by = excluded.updated_by
 returning *, (xmax = 0) as created
 
 -- name: get_entity
@@ -179,3 +190,19 @@ where e.workspace_id = %(workspace_id)s
   )
 order by e.entity_type, e.entity_id
 for update of e
+
+-- name: entities_by_key
+-- The stored entities one event's rules read (their `load`), each with its dates, in one
+-- round trip: each key by the primary key, its dates by theirs.
+select e.entity_type, e.entity_id, e.timezone, e.context, d.names as date_names,
+       d.ats as date_ats
+from unnest(%(entity_types)s::text[], %(entity_ids)s::text[]) as k(entity_type, entity_id)
+join entities e
+  on e.workspace_id = %(workspace_id)s and e.entity_type = k.entity_type
+ and e.entity_id = k.entity_id
+left join lateral (
+    select array_agg(x.name order by x.name) as names, array_agg(x.at order by x.name) as ats
+    from entity_dates x
+    where x.workspace_id = e.workspace_id and x.entity_type = e.entity_type
+      and x.entity_id = e.entity_id
+) d on true

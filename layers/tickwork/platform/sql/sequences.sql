@@ -20,7 +20,7 @@ limit %(limit)s
 -- Idempotent per (campaign, recipient): the second enrollment returns nothing.
 insert into enrollments (workspace_id, campaign_id, recipient_id, data, starts_at)
 values (%(workspace_id)s, %(campaign_id)s, %(recipient_id)s, %(data)s, %(starts_at)s)
-on conflict (campaign_id, recipient_id) do nothing
+on conflict (campaign_id, recipient_id, workspace_id) do nothing
 returning *
 
 -- name: get_enrollment_of
@@ -133,3 +133,48 @@ select ea.step_index, a.* from enrollment_actions ea
 join scheduled_actions a on a.id = ea.action_id
 where ea.enrollment_id = %(enrollment_id)s
 order by ea.step_index, a.created_at
+
+-- name: active_enrollments_of_campaign
+-- A campaign's running enrollments, a batch at a time, for a bulk cancel to exit
+-- (ix_enrollments_active_campaign). SKIP LOCKED: one being exited or advanced this instant
+-- is left to the next batch.
+select id from enrollments
+where campaign_id = %(campaign_id)s and workspace_id = %(workspace_id)s and status = 'active'
+limit %(limit)s
+for update skip locked
+
+-- name: active_enrollments_of_recipient
+-- The same for a recipient's running enrollments in every campaign (ix_enrollments_recipient).
+select id from enrollments
+where workspace_id = %(workspace_id)s and recipient_id = %(recipient_id)s and status = 'active'
+limit %(limit)s
+for update skip locked
+
+-- name: wait_for_step
+-- A step decided when it is due (a digest or a limit): no row yet, the enrollment waits
+-- for `next_send_at` with no current action (ix_enrollments_waiting).
+update enrollments set next_send_at = %(at)s
+where id = %(id)s and current_step = %(step)s and status = 'active'
+  and current_action_id is null
+
+-- name: waiting_enrollments
+-- The advance pass: enrollments whose waiting step is due (ix_enrollments_waiting).
+select id from enrollments
+where status = 'active' and current_action_id is null and next_send_at <= %(now)s
+order by next_send_at
+limit %(limit)s
+
+-- name: lock_waiting_enrollment
+-- One of them, if it still waits: of two concurrent passes one decides the step, the other
+-- skips it (and then finds it moved on).
+select * from enrollments
+where id = %(id)s and status = 'active' and current_action_id is null
+  and next_send_at <= %(now)s
+for update skip locked
+
+-- name: log_step_change
+-- What became of a step decided when due: collected into a digest (`digest`, the digest's
+-- action), dropped by its limit (`drop`) or skipped by its conditions (`skip`).
+insert into action_changes (workspace_id, action_id, enrollment_id, kind, actor, reason)
+values (%(workspace_id)s, %(action_id)s, %(enrollment_id)s, %(kind)s,
+        tickwork_actor('sequence'), %(reason)s)

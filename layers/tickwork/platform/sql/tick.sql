@@ -86,13 +86,16 @@ where status = 'queued'
   and finished_at is null
   and coalesce(next_attempt_at, publish_at) <= now() + make_interval(secs => %(due_within)s)
   and enqueued_at < now() - make_interval(secs => %(redelivery_timeout)s)
-returning id
+returning id, action_type
 
 -- name: recover_stuck
 -- Zombies: claimed by a dispatcher that never recorded an outcome (it died, timed out, or
 -- the database stayed down past its retries: then it logged an `outcome unwritten` line).
 -- The provider may have been called, so the row fails as `stuck` instead of firing again;
--- the ledger records that attempt as `stuck` (for the resolver to settle with the provider).
+-- the ledger records that attempt as `stuck` (for the resolver to settle with the provider),
+-- naming the provider and connection it was calling when its type has fallback providers
+-- (recorded before the call, migration 0034; null when it was routed for another attempt:
+-- the dispatcher died before routing this one).
 with recovered as (
     update scheduled_actions
     set status = 'failed', error_code = 'stuck', finished_at = now(),
@@ -105,13 +108,18 @@ with recovered as (
       and finished_at is null
       and coalesce(next_attempt_at, publish_at) <= now() + make_interval(secs => %(due_within)s)
       and submitted_at < now() - make_interval(secs => %(stuck_timeout)s)
-    returning id, action_type, workspace_id, attempt_count, submitted_at
+    returning id, action_type, workspace_id, attempt_count, submitted_at,
+              case when routed_attempt = attempt_count then routed_provider end as provider,
+              case when routed_attempt = attempt_count then routed_connection_id end
+                  as connection_id
 ), noted as (
-    insert into action_attempts (action_id, attempt, workspace_id, started_at, outcome, excerpt)
+    insert into action_attempts (action_id, attempt, workspace_id, started_at, outcome, excerpt,
+                                 provider, connection_id)
     select id, greatest(attempt_count, 1), workspace_id, submitted_at, 'stuck',
-           'no outcome recorded within ' || %(stuck_timeout)s || ' s of the claim'
+           'no outcome recorded within ' || %(stuck_timeout)s || ' s of the claim', provider,
+           connection_id
     from recovered
-    on conflict (action_id, attempt) do nothing
+    on conflict (action_id, attempt, workspace_id) do nothing
 )
 select id, action_type from recovered
 

@@ -16,7 +16,7 @@ join workspaces w on w.id = m.workspace_id
 where m.user_id = %(user_id)s
 
 -- name: get_workspace
-select id, name, timezone, settings, created_at, updated_at
+select id, name, timezone, settings, retention_days, legal_hold, created_at, updated_at
 from workspaces
 where id = tickwork_current_workspace()
 
@@ -24,9 +24,13 @@ where id = tickwork_current_workspace()
 update workspaces
 set name = coalesce(%(name)s, name),
     timezone = coalesce(%(timezone)s, timezone),
-    settings = coalesce(%(settings)s, settings)
+    settings = coalesce(%(settings)s, settings),
+    -- null is a value here (back to the stack's retention), so it is set when named
+    retention_days = case when %(set_retention)s then %(retention_days)s::int
+                          else retention_days end,
+    legal_hold = coalesce(%(legal_hold)s, legal_hold)
 where id = tickwork_current_workspace()
-returning id, name, timezone, settings, created_at, updated_at
+returning id, name, timezone, settings, retention_days, legal_hold, created_at, updated_at
 
 -- name: find_workspace
 select id from workspaces where id::text = %(key)s or name = %(key)s order by created_at limit 1

@@ -74,14 +74,23 @@ function controls(ctx, action) {
   return h("section", { class: "controls", "aria-label": "What you can do" }, h("div", { class: "buttons" }, buttons), status, forms);
 }
 
+// Why an attempt went to a fallback provider (docs/failover.md).
+const FAILOVER_REASONS = { threshold: "the first answered transiently too often", circuit_open: "the first's circuit was open" };
+
+function providerCell(a) {
+  if (!a.provider) return "";
+  if (!a.failover_reason) return a.provider;
+  return `${a.provider} (failed over: ${FAILOVER_REASONS[a.failover_reason] || a.failover_reason})`;
+}
+
 function attemptsTable(attempts, zone) {
   if (!attempts.length) return h("p", { class: "muted" }, "No attempt yet: the provider has not been called.");
   return h("table", { class: "list" },
     h("caption", {}, "Attempts (the ledger)"),
-    h("thead", {}, h("tr", {}, ["#", "Started", "Latency", "Outcome", "Provider code", "Provider message", "Reason", "Resolver"].map((t) => h("th", { scope: "col" }, t)))),
+    h("thead", {}, h("tr", {}, ["#", "Started", "Latency", "Outcome", "Provider", "Provider code", "Provider message", "Reason", "Resolver"].map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, attempts.map((a) => h("tr", {},
       h("td", {}, String(a.attempt)), h("td", {}, stamp(a.started_at, zone)), h("td", {}, duration(a.latency_ms)),
-      h("td", {}, badge(a.outcome)), h("td", {}, a.provider_code || ""), h("td", {}, a.provider_message_id || ""),
+      h("td", {}, badge(a.outcome)), h("td", {}, providerCell(a)), h("td", {}, a.provider_code || ""), h("td", {}, a.provider_message_id || ""),
       h("td", { class: "excerpt" }, a.excerpt || ""),
       h("td", {}, a.resolution ? `${a.resolution}${a.resolved_at ? ` at ${stamp(a.resolved_at, zone)}` : ""}${a.resolution_detail ? `: ${a.resolution_detail}` : ""}` : "")))));
 }

@@ -5,7 +5,7 @@ import { api, query } from "../api.js";
 import { h, stamp, instantOf, addDays, isoDate, parseDate, wall } from "../util.js";
 import { badge, typeTag, field, formError, showError, pagedList, errorBox } from "../ui.js";
 
-const FILTERS = ["action_type", "error_code", "from", "to", "thing_id", "target_key"];
+const FILTERS = ["action_type", "error_code", "from", "to", "thing_id", "target_key", "tag"];
 
 function defaults(zone) {
   const w = wall(new Date(), zone);
@@ -31,7 +31,8 @@ async function runBulk(path, body, status) {
     };
     status.textContent = `${totals.changed} changed of ${totals.matched} matched (${totals.skipped} had moved on, ${totals.refused} refused)${answer.next ? "; going on…" : "."}`;
     after = answer.next;
-    if (!after) break;
+    // Nothing taken yet more left: the rest is being claimed this instant; do not spin.
+    if (!after || !answer.matched) break;
   }
   return totals;
 }
@@ -51,7 +52,8 @@ export async function render(ctx, _rest, params) {
       field(`Due from (${zone})`, h("input", { type: "date", name: "from", value: chosen.from })),
       field("Due before", h("input", { type: "date", name: "to", value: chosen.to })),
       field("Thing id", h("input", { name: "thing_id", value: chosen.thing_id || "" })),
-      field("Target", h("input", { name: "target_key", value: chosen.target_key || "" }))),
+      field("Target", h("input", { name: "target_key", value: chosen.target_key || "" })),
+      field("Tag", h("input", { name: "tag", value: chosen.tag || "", placeholder: "e.g. podcast:42" }))),
     formError(),
     h("button", { type: "submit" }, "Apply"));
   filter.addEventListener("submit", (event) => {
@@ -62,7 +64,7 @@ export async function render(ctx, _rest, params) {
     ctx.navigate(`#/failures?${next}`);
   });
 
-  const listFilter = { status: "failed", from, to, action_type: chosen.action_type, error_code: chosen.error_code, thing_id: chosen.thing_id, target_key: chosen.target_key };
+  const listFilter = { status: "failed", from, to, action_type: chosen.action_type, error_code: chosen.error_code, thing_id: chosen.thing_id, target_key: chosen.target_key, tag: chosen.tag };
   const empty = h("p", { class: "empty" }, "No failed action matches. Widen the dates or clear a filter; a failure shows up here with its error code and the provider's reason.");
   const list = pagedList({
     head: ["Due", "Type", "Target", "Error", "Reason", "Attempts"],
@@ -76,7 +78,9 @@ export async function render(ctx, _rest, params) {
   });
   await list.ready;
 
-  // The bulk calls take the same filter; their range is on the due time too.
+  // The bulk calls take the same filter; their range is on the due time too. A tag is a
+  // cancel's alone (every pending action carrying it): a retry in bulk takes none, so with a
+  // tag chosen the retry is not offered rather than run without it.
   const bulkFilter = { action_type: chosen.action_type, error_code: chosen.error_code, thing_id: chosen.thing_id, target_key: chosen.target_key, due_from: from, due_to: to };
   for (const key of Object.keys(bulkFilter)) if (!bulkFilter[key]) delete bulkFilter[key];
   const bulkStatus = h("p", { role: "status", class: "muted" });
@@ -98,9 +102,10 @@ export async function render(ctx, _rest, params) {
     h("h2", { id: "bulk-title" }, "Everything matching the filter"),
     h("p", { class: "help" }, "Each runs as bulk calls of up to 1,000 rows until none is left; a row that moved on meanwhile is counted, not changed."),
     h("div", { class: "buttons" },
-      ctx.isAdmin ? h("button", { type: "button", onclick: (e) => bulk(e.currentTarget, "/v1/actions/bulk-retry", { ...bulkFilter, status: "failed" }, "Retry every failed action matching this filter?") }, "Retry all failed") : null,
-      h("button", { type: "button", class: "danger", onclick: (e) => bulk(e.currentTarget, "/v1/actions/bulk-cancel", { ...bulkFilter, status: "queued", error_code: undefined }, "Cancel every queued action matching this filter (type, dates, thing, target)?") }, "Cancel all queued")),
+      ctx.isAdmin && !chosen.tag ? h("button", { type: "button", onclick: (e) => bulk(e.currentTarget, "/v1/actions/bulk-retry", { ...bulkFilter, status: "failed" }, "Retry every failed action matching this filter?") }, "Retry all failed") : null,
+      h("button", { type: "button", class: "danger", onclick: (e) => bulk(e.currentTarget, "/v1/actions/bulk-cancel", { ...bulkFilter, ...(chosen.tag ? { tag: chosen.tag } : {}), status: "queued", error_code: undefined }, `Cancel every queued action matching this filter (type, dates, thing, target${chosen.tag ? ", tag" : ""})?`) }, "Cancel all queued")),
     ctx.isAdmin ? null : h("p", { class: "help" }, "Retrying is for workspace admins."),
+    ctx.isAdmin && chosen.tag ? h("p", { class: "help" }, "Retrying in bulk takes no tag: clear it to retry the failures the rest of the filter names.") : null,
     bulkStatus, bulkError);
 
   return h("section", { "aria-labelledby": "failures-title" },

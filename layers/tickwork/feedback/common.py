@@ -1,0 +1,94 @@
+"""What every provider's callback reader shares: the request as it arrived, times, text."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from tickwork.feedback.model import CallbackUnverifiedError, MalformedCallbackError
+from tickwork.providers.redact import sanitize
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+DETAIL_CHARS = 300
+# The user name in a callback URL's credentials (https://tickwork:<secret>@...).
+CALLBACK_USER = "tickwork"
+
+
+@dataclass(frozen=True)
+class CallbackRequest:
+    """A callback as it reached the API: its public URL (what the provider called, query
+    included: Twilio signs it), lower-cased headers and the body's text."""
+
+    url: str
+    headers: dict[str, str]
+    body: str
+
+
+def instant(value: Any) -> datetime | None:
+    """A provider's ISO 8601 time, in UTC; None when absent or unreadable (the time it
+    reached us stands in)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def detail(*parts: Any) -> str | None:
+    """A short, sanitized note from a provider's documented fields (a bounce's type and
+    description); never a message's body or a bounce's dump."""
+    text = ": ".join(str(p) for p in parts if p not in (None, ""))
+    if not text:
+        return None
+    return _CONTROL.sub(" ", sanitize(text))[:DETAIL_CHARS] or None
+
+
+def json_object(body: str, what: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(body)
+    except ValueError as exc:
+        raise MalformedCallbackError(f"the {what} body is not JSON") from exc
+    if not isinstance(parsed, dict):
+        raise MalformedCallbackError(f"the {what} body is not a JSON object")
+    return parsed
+
+
+def text_field(body: dict[str, Any], name: str, what: str, limit: int = 300) -> str:
+    value = body.get(name)
+    if not isinstance(value, str | int) or isinstance(value, bool) or str(value) == "":
+        raise MalformedCallbackError(f"the {what} has no {name}", field=name)
+    text = str(value)
+    if len(text) > limit:
+        raise MalformedCallbackError(f"the {what}'s {name} is longer than {limit}", field=name)
+    return text
+
+
+def check_basic_auth(headers: dict[str, str], secret: str | None, how: str) -> None:
+    """The callback carries the connection's callback secret as HTTP basic auth
+    (`tickwork:<secret>`), compared in constant time."""
+    if not secret:
+        raise CallbackUnverifiedError(
+            f"this connection has no callback secret yet: an admin makes one"
+            f" (POST /v1/connections/{{id}}/callback-secret) and puts it in {how}"
+        )
+    raw = headers.get("authorization", "")
+    scheme, _, encoded = raw.partition(" ")
+    try:
+        user, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        user, password = "", ""
+    ok = scheme.lower() == "basic" and hmac.compare_digest(
+        f"{user}:{password}".encode(), f"{CALLBACK_USER}:{secret}".encode()
+    )
+    if not ok:
+        raise CallbackUnverifiedError(
+            "the callback does not carry this connection's callback credentials"
+        )
