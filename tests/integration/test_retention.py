@@ -27,6 +27,7 @@ from tickwork.engine.retention import KINDS, data_key, manifest_key, run_retenti
 from tickwork.platform.archive import ArchiveError, FolderArchiveStore, S3ArchiveStore
 from tickwork.platform.config import Settings
 from tickwork.platform.db import Connection, connect
+from tickwork.platform.sql import query
 
 DAY = timedelta(days=1)
 
@@ -156,9 +157,6 @@ def test_old_finished_rows_are_archived_then_removed_with_their_children_and_not
     parent = action(conn, ws, status="cancelled", finished_ago=50 * DAY, now=now)
     child = action(conn, ws, status="queued", finished_ago=None, due_ago=-DAY, now=now,
                    rescheduled_from=parent)  # fmt: skip
-    # an old sent row whose digest is still open stays
-    open_digest_action = action(conn, ws, status="published", finished_ago=45 * DAY, now=now)
-    digest(conn, ws, open_digest_action, "open", 1)
     # an enrollment still running refers to its old step
     campaign = conn.execute(
         "insert into campaigns (workspace_id, name, steps) values (%s, 'c', '[{}]') returning id",
@@ -195,8 +193,7 @@ def test_old_finished_rows_are_archived_then_removed_with_their_children_and_not
     for kind, lines in expected.items():
         assert archived_lines(store.root, kind) == sorted(lines), kind
     # and everything else is untouched
-    kept = [young, queued_old, claimed_old, cancelled_early, parent, child, open_digest_action,
-            step]  # fmt: skip
+    kept = [young, queued_old, claimed_old, cancelled_early, parent, child, step]
     assert count(conn, "scheduled_actions", "id", kept) == len(kept)
     # the round trip: each archived action goes back into the table as it was
     line = expected["actions"][0]
@@ -287,6 +284,138 @@ def test_a_hold_set_after_the_archive_was_written_stops_the_delete(
     assert count(conn, "scheduled_actions", "id", ids) == 1
     # and the part it had written is gone again: the archive holds only what was removed
     assert not list(store.root.rglob("*.jsonl.gz"))
+
+
+def enrollment(conn: Connection, workspace_id: UUID, step: UUID, status: str) -> UUID:
+    campaign = conn.execute(
+        "insert into campaigns (workspace_id, name, steps) values (%s, %s, '[{}]') returning id",
+        (workspace_id, f"c-{step}"),
+    ).fetchone()
+    assert campaign is not None
+    conn.execute("insert into recipients (workspace_id, recipient_id, timezone)"
+                 " values (%s, %s, 'UTC') on conflict do nothing",
+                 (workspace_id, f"r-{step}"))  # fmt: skip
+    row = conn.execute(
+        "insert into enrollments (workspace_id, campaign_id, recipient_id, starts_at,"
+        " current_action_id, status, completed_at, exited_at)"
+        " values (%s, %s, %s, now(), %s, %s,"
+        "         case when %s = 'completed' then now() end,"
+        "         case when %s = 'exited' then now() end) returning id",
+        (workspace_id, campaign[0], f"r-{step}", step, status, status, status),
+    ).fetchone()
+    assert row is not None
+    return UUID(str(row[0]))
+
+
+def test_a_finished_enrollments_last_step_leaves_and_the_enrollment_stays(
+    conn: Connection, thirty_days: Settings, store: FolderArchiveStore, now: datetime
+) -> None:
+    # Given old sent drip steps: one the current step of a completed enrollment, one of an
+    # exited one, one of an enrollment still running
+    ws = make_workspace(conn)
+    steps = {
+        status: action(conn, ws, status="published", finished_ago=40 * DAY, now=now, source="drip")
+        for status in ("completed", "exited", "active")
+    }
+    enrolled = {status: enrollment(conn, ws, step, status) for status, step in steps.items()}
+    # When the retention runs
+    done = run_retention(conn, thirty_days, store, now=now)
+    # Then the finished enrollments' steps left, archived; the running one's stayed
+    assert done.removed == 2, done.as_dict()
+    assert count(conn, "scheduled_actions", "id", [steps["completed"], steps["exited"]]) == 0
+    assert count(conn, "scheduled_actions", "id", [steps["active"]]) == 1
+    assert len(archived_lines(store.root, "actions")) == 2
+    # and every enrollment is still there, the finished ones no longer pointing at a step
+    current = dict(conn.execute(
+        "select status, current_action_id from enrollments where id = any(%s)",
+        (list(enrolled.values()),),
+    ).fetchall())  # fmt: skip
+    assert current == {"completed": None, "exited": None, "active": steps["active"]}
+
+
+def test_a_finished_actions_digest_leaves_with_it_even_if_its_row_still_says_open(
+    conn: Connection, thirty_days: Settings, store: FolderArchiveStore, now: datetime
+) -> None:
+    # Given an old sent digest action whose digest row still says open (no next item of its
+    # group came to close it): it collects no more, its action having been sent
+    ws = make_workspace(conn)
+    sent = action(conn, ws, status="published", finished_ago=45 * DAY, now=now)
+    last = digest(conn, ws, sent, "open", 2)
+    expected = as_json(conn, "digests", "id", [last])
+    done = run_retention(conn, thirty_days, store, now=now)
+    assert done.removed == 1, done.as_dict()
+    assert count(conn, "digests", "id", [last]) == 0
+    assert count(conn, "digest_items", "digest_id", [last]) == 0
+    assert archived_lines(store.root, "digests") == expected
+    assert len(archived_lines(store.root, "digest_items")) == 2
+
+
+def failed_ambiguous(conn: Connection, workspace_id: UUID, now: datetime) -> UUID:
+    action_id = action(conn, workspace_id, status="failed", finished_ago=31 * DAY, now=now)
+    conn.execute(
+        "update scheduled_actions set error_code = 'ambiguous', attempt_count = 1 where id = %s",
+        (action_id,),
+    )
+    return action_id
+
+
+def record_a_bounce(conn: Connection, workspace_id: UUID, action_id: UUID) -> None:
+    recorded = conn.execute(query("record_delivery"), {
+        "action_id": action_id, "attempt": 1, "workspace_id": workspace_id,
+        "status": "bounced", "bounce": "hard", "rank": 5, "at": None, "detail": "550",
+    }).fetchone()  # fmt: skip
+    assert recorded is not None
+
+
+def resolve_unresolved(conn: Connection, workspace_id: UUID, action_id: UUID) -> None:
+    noted = conn.execute(query("resolve_unresolved"), {
+        "id": action_id, "workspace_id": workspace_id, "expected_code": "ambiguous",
+        "attempt": 1, "detail": "the provider could not tell",
+    }).fetchone()  # fmt: skip
+    assert noted is not None
+
+
+@pytest.mark.parametrize("change", ["delivery callback", "resolver verdict"])
+def test_a_row_whose_history_changes_after_its_archive_waits_for_the_next_run(
+    conn: Connection, thirty_days: Settings, store: FolderArchiveStore, now: datetime,
+    monkeypatch: pytest.MonkeyPatch, change: str,
+) -> None:  # fmt: skip
+    # Given an old row, and a change to its ledger entry that lands after the archive of it
+    # was written and before its delete
+    ws = make_workspace(conn)
+    if change == "delivery callback":
+        changed = action(conn, ws, status="published", finished_ago=31 * DAY, now=now)
+        conn.execute("update scheduled_actions set attempt_count = 1 where id = %s", (changed,))
+    else:
+        changed = failed_ambiguous(conn, ws, now)
+    other = action(conn, ws, status="published", finished_ago=32 * DAY, now=now)
+    real_write = retention.write_part
+    changes = iter([changed])
+
+    def write_then_change(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        written = real_write(*args, **kwargs)
+        for action_id in changes:  # once, on the first write
+            if change == "delivery callback":
+                record_a_bounce(conn, ws, action_id)
+            else:
+                resolve_unresolved(conn, ws, action_id)
+        return written
+
+    monkeypatch.setattr(retention, "write_part", write_then_change)
+    # When the retention runs
+    first = run_retention(conn, thirty_days, store, now=now)
+    # Then the changed row stays, and its stale lines are not in the archive
+    assert (first.removed, first.left) == (1, 1), first.as_dict()
+    assert count(conn, "scheduled_actions", "id", [changed]) == 1
+    assert [json.loads(line)["id"] for line in archived_lines(store.root, "actions")] == [
+        str(other)]  # fmt: skip
+    assert archived_lines(store.root, "attempts") == []
+    # and the next run archives it as it now is, its ledger entry with it
+    attempts = as_json(conn, "action_attempts", "action_id", [changed])
+    assert len(attempts) == 1
+    second = run_retention(conn, thirty_days, store, now=now)
+    assert second.removed == 1, second.as_dict()
+    assert archived_lines(store.root, "attempts") == attempts
 
 
 def test_a_crash_between_archive_and_delete_loses_nothing_and_a_rerun_is_idempotent(

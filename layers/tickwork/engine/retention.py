@@ -50,6 +50,7 @@ _WORKSPACES = query("retention_workspaces")
 _CANDIDATES = query("retention_candidates")
 _SESSION = query("retention_session")
 _LOCK = query("retention_lock")
+_RELEASE_ENROLLMENTS = query("retention_release_enrollments")
 _DELETE_DIGESTS = query("retention_delete_digests")
 _DELETE_ACTIONS = query("retention_delete_actions")
 _ACTIONS = query("archive_actions")
@@ -273,10 +274,16 @@ def _remove(
             }).fetchall()]  # fmt: skip
             if not locked:
                 return set()
+            conn.execute(_RELEASE_ENROLLMENTS, {"ids": locked})
             conn.execute(_DELETE_DIGESTS, {"ids": locked})
             return {row[0] for row in conn.execute(_DELETE_ACTIONS, {"ids": locked}).fetchall()}
-    except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
-        # Something held a row this batch must change: nothing is removed, nothing waited on.
+    except (
+        psycopg.errors.LockNotAvailable,
+        psycopg.errors.QueryCanceled,
+        psycopg.errors.ForeignKeyViolation,
+    ) as exc:
+        # Something held a row this batch must change, or took one of its rows as a running
+        # enrollment's step since the lock: nothing is removed, nothing waited on.
         logger.warning("retention batch gave way", extra={"error": str(exc)})
         return set()
 

@@ -30,7 +30,9 @@ returning received_at
 
 -- name: delivery_target
 -- The published row a provider's message id belongs to, within the connection it was sent
--- through (ix_scheduled_actions_provider_message).
+-- through (ix_scheduled_actions_provider_message), locked until the commit: a removal of
+-- old history (retention) holding it is waited for (then the row is gone, and the event
+-- unmatched), and none starts while the event is recorded.
 select a.id, a.attempt_count
 from scheduled_actions a
 where a.connection_id = %(connection_id)s and a.provider_id = %(message_id)s
@@ -38,6 +40,7 @@ where a.connection_id = %(connection_id)s and a.provider_id = %(message_id)s
   and a.status = 'published'
 order by a.finished_at desc nulls last
 limit 1
+for no key update
 
 -- name: delivery_before
 -- The attempt's delivery state before this event, its entry locked until the commit (an
@@ -51,7 +54,10 @@ for update
 -- The published attempt's entry takes the new state when it ranks above the one it has;
 -- otherwise nothing changes and no row comes back. The finalize writes no entry for the
 -- call that published a row (attempts_of_actions makes it up from the row): the first
--- callback writes it, with what the row records of that call.
+-- callback writes it, with what the row records of that call. A new state touches the
+-- row's updated_at (its answer's `delivery` changed): a removal that archived the row
+-- before sees it changed and leaves it for the next run.
+with recorded as (
 insert into action_attempts as t (
     action_id, attempt, workspace_id, started_at, finished_at, latency_ms, outcome,
     provider_message_id, delivery_status, delivery_bounce, delivery_rank, delivery_at,
@@ -73,6 +79,12 @@ set delivery_status = excluded.delivery_status, delivery_bounce = excluded.deliv
     provider_message_id = coalesce(t.provider_message_id, excluded.provider_message_id)
 where coalesce(t.delivery_rank, 0) < excluded.delivery_rank
 returning action_id, attempt
+), touched as (
+    update scheduled_actions a set updated_at = now()
+    from recorded r
+    where a.id = r.action_id and a.workspace_id = %(workspace_id)s
+)
+select action_id, attempt from recorded
 
 -- name: count_callback
 insert into callback_counts as c (connection_id, outcome, shard, workspace_id, count, last_at)

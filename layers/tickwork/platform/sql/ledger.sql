@@ -140,17 +140,24 @@ select id from changed
 
 -- name: resolve_unresolved
 -- The row stays failed; its attempt's entry says why the resolver could not settle it.
--- An entry another resolver settled meanwhile is left as it is.
+-- An entry another resolver settled meanwhile is left as it is. The row is touched first
+-- (updated_at): a removal of old history (retention) holding it is waited for, after
+-- which the row is gone and nothing is written; one that archived it before sees it
+-- changed and leaves it for its next run.
+with touched as (
+    update scheduled_actions a set updated_at = now()
+    where a.id = %(id)s and a.workspace_id = %(workspace_id)s
+      and a.status = 'failed' and a.error_code = %(expected_code)s
+      and a.attempt_count = %(attempt)s
+    returning a.id, a.attempt_count, a.workspace_id, a.submitted_at, a.error_code
+)
 insert into action_attempts as t (
     action_id, attempt, workspace_id, started_at, outcome, resolution, resolved_at,
     resolution_detail
 )
 select a.id, greatest(a.attempt_count, 1), a.workspace_id, coalesce(a.submitted_at, now()),
        a.error_code, 'unresolved', now(), %(detail)s
-from scheduled_actions a
-where a.id = %(id)s and a.workspace_id = %(workspace_id)s
-  and a.status = 'failed' and a.error_code = %(expected_code)s
-  and a.attempt_count = %(attempt)s
+from touched a
 on conflict (action_id, attempt, workspace_id) do update
 set resolution = excluded.resolution, resolved_at = excluded.resolved_at,
     resolution_detail = excluded.resolution_detail

@@ -15,8 +15,11 @@ order by id
 -- when they were due: a row cancelled long before its time stays until that time is old
 -- too), oldest first after (after_at, after_id), through ix_scheduled_actions_retention.
 -- Left out: a row something live still refers to: a row rescheduled from it (the lineage's
--- foreign key), an enrollment's current step, a step of an enrollment still running or not
--- yet advanced past, an open digest.
+-- foreign key), a running enrollment's current step, a step of an enrollment still running
+-- or not yet advanced past. (A finished enrollment's current step leaves: the enrollment
+-- keeps its record, its current_action_id cleared. A digest collects only while its action
+-- is queued: one whose action finished is closed, even if its row still says open until
+-- the group's next item, and leaves with its action.)
 select a.id, a.updated_at, a.finished_at
 from scheduled_actions a
 where a.workspace_id = %(workspace_id)s
@@ -25,12 +28,12 @@ where a.workspace_id = %(workspace_id)s
   and (a.finished_at, a.id) > (%(after_at)s, %(after_id)s::uuid)
   and a.publish_at < %(cutoff)s
   and not exists (select 1 from scheduled_actions c where c.rescheduled_from = a.id)
-  and not exists (select 1 from enrollments e where e.current_action_id = a.id)
+  and not exists (
+      select 1 from enrollments e where e.current_action_id = a.id and e.status = 'active')
   and not exists (
       select 1 from enrollment_actions ea join enrollments e on e.id = ea.enrollment_id
       where ea.action_id = a.id
         and (e.status = 'active' or (ea.done_at is not null and not ea.advanced)))
-  and not exists (select 1 from digests d where d.action_id = a.id and d.status = 'open')
 order by a.finished_at, a.id
 limit %(limit)s
 
@@ -66,16 +69,16 @@ where e.action_id = any(%(ids)s::uuid[])
 order by e.action_id
 
 -- name: archive_digests
--- Digests whose action leaves (never an open one: the candidates leave those out).
+-- Digests whose action leaves (none is collecting: their actions are finished).
 select d.action_id, to_jsonb(d)::text as line
 from digests d
-where d.action_id = any(%(ids)s::uuid[]) and d.status <> 'open'
+where d.action_id = any(%(ids)s::uuid[])
 order by d.action_id, d.id
 
 -- name: archive_digest_items
 select d.action_id, to_jsonb(i)::text as line
 from digest_items i join digests d on d.id = i.digest_id
-where d.action_id = any(%(ids)s::uuid[]) and d.status <> 'open'
+where d.action_id = any(%(ids)s::uuid[])
 order by d.action_id, i.id
 
 -- name: retention_lock
@@ -93,18 +96,27 @@ where a.id = any(%(ids)s::uuid[])
   and a.publish_at < %(cutoff)s
   and not exists (select 1 from workspaces w where w.id = a.workspace_id and w.legal_hold)
   and not exists (select 1 from scheduled_actions c where c.rescheduled_from = a.id)
-  and not exists (select 1 from enrollments e where e.current_action_id = a.id)
+  and not exists (
+      select 1 from enrollments e where e.current_action_id = a.id and e.status = 'active')
   and not exists (
       select 1 from enrollment_actions ea join enrollments e on e.id = ea.enrollment_id
       where ea.action_id = a.id
         and (e.status = 'active' or (ea.done_at is not null and not ea.advanced)))
-  and not exists (select 1 from digests d where d.action_id = a.id and d.status = 'open')
 for update of a skip locked
 
+-- name: retention_release_enrollments
+-- A finished enrollment whose current step leaves lets go of it (its foreign key); a
+-- running one holds it, and the delete then fails and gives way (the candidates leave such
+-- a row out next run).
+update enrollments
+set current_action_id = null
+where current_action_id = any(%(ids)s::uuid[]) and status <> 'active'
+
 -- name: retention_delete_digests
--- Their items go with them (on delete cascade).
+-- Their items go with them (on delete cascade). A group's next item, if it holds one of
+-- them, is waited for at most the lock timeout (the batch then gives way).
 delete from digests
-where action_id = any(%(ids)s::uuid[]) and status <> 'open'
+where action_id = any(%(ids)s::uuid[])
 
 -- name: retention_delete_actions
 -- Attempts go with the rows (statement trigger), change-log entries, rule results, drip
