@@ -25,6 +25,7 @@ few minutes on a 2-core machine.
 from __future__ import annotations
 
 import multiprocessing
+import statistics
 import tempfile
 import threading
 import time
@@ -195,10 +196,11 @@ def sample_lock_waits(url: str, stop: threading.Event, out: list[float]) -> None
         out.extend(time.perf_counter() - first for first in seen.values())
 
 
-def remove(url: str, archive: str, pause: float, result: Any, began: Any) -> None:
-    """The retention as its Lambda runs it, in a process of its own, until nothing is left."""
+def remove(url: str, archive: str, pause: float, budget: int, result: Any, began: Any) -> None:
+    """The retention as its Lambda runs it, in a process of its own, until nothing is left
+    or its `budget` (seconds) is spent."""
     settings = Settings(database_url=url, retention_days=30, retention_batch_size=WAVE,
-                        retention_budget_seconds=3600, retention_pause_seconds=pause)  # fmt: skip
+                        retention_budget_seconds=budget, retention_pause_seconds=pause)  # fmt: skip
     with connect(url) as conn:
         started = time.perf_counter()
         now = conn.execute("select now()").fetchone()
@@ -244,20 +246,24 @@ def print_sizes(label: str, found: dict[str, tuple[int, int, int]]) -> None:
     print(f"    {label:<50} {text}", flush=True)
 
 
-def report(alone: Figures, beside: Figures, again: Figures, result: dict[str, Any],
-           pause: float) -> None:  # fmt: skip
-    """The workload's figures with and without the removal, and the removal's rate."""
-    removed, seconds = int(result.get("removed", 0)), float(result.get("seconds", 0.0))
-    print(f"    {'figure (alone: mean of the runs before and after)':<52}{'alone':>10}"
-          f"{'+ removal':>11}{'ratio':>8}")  # fmt: skip
-    rows = [
+def ratios(alone: Figures, beside: Figures, again: Figures) -> list[tuple[str, float, float]]:
+    """(figure, alone: the mean of the runs before and after, with the removal beside)."""
+    return [
         ("burst drain (rows/s)", (alone.burst_rate + again.burst_rate) / 2, beside.burst_rate),
         ("spread round p50 (ms)", (alone.spread(0.5) + again.spread(0.5)) / 2,
          beside.spread(0.5)),
         ("spread round p99 (ms)", (alone.spread(0.99) + again.spread(0.99)) / 2,
          beside.spread(0.99)),
     ]  # fmt: skip
-    for label, a, b in rows:
+
+
+def report(alone: Figures, beside: Figures, again: Figures, result: dict[str, Any],
+           pause: float) -> None:  # fmt: skip
+    """The workload's figures with and without the removal, and the removal's rate."""
+    removed, seconds = int(result.get("removed", 0)), float(result.get("seconds", 0.0))
+    print(f"    {'figure (alone: mean of the runs before and after)':<52}{'alone':>10}"
+          f"{'+ removal':>11}{'ratio':>8}")  # fmt: skip
+    for label, a, b in ratios(alone, beside, again):
         print(f"    {label:<52}{a:>10,.1f}{b:>11,.1f}{b / max(a, 1e-9):>7.2f}x")
     print(f"    (burst alone: {alone.burst_rate:,.0f} then {again.burst_rate:,.0f} rows/s;"
           f" removal paused {pause} s between batches of {WAVE:,})")  # fmt: skip
@@ -295,8 +301,24 @@ def steady_state(conn: Connection, workspace: UUID, removal: int, pause: float,
                     f" ({done.removed / seconds:,.0f}/s), vacuum", sizes(conn))  # fmt: skip
 
 
-def run(admin_url: str, removal: int, pause: float | None = None) -> int:
-    """The scenario; `pause` between batches (None: the setting's default)."""
+def run(
+    admin_url: str,
+    removal: int,
+    pause: float | None = None,
+    *,
+    rounds: int = 1,
+    budget: int | None = None,
+    steady: int | None = None,
+    finish_after: bool = True,
+) -> int:
+    """The scenario; `pause` between batches (None: the setting's default). With `budget`
+    (seconds), each of `rounds` alternating rounds (alone, then with a removal that stops at
+    its budget) measures beside the same table; the old rows the rounds leave are then
+    removed to the end (unless not `finish_after`: then neither that nor the steady state
+    runs). The steady state adds and removes `steady` rows a cycle (None: as many as
+    `removal`)."""
+    if rounds > 1 and budget is None:
+        raise ValueError("more than one round needs a budget: the first would remove all")
     if pause is None:
         pause = Settings().retention_pause_seconds
     name = sql.Identifier(DATABASE)
@@ -313,29 +335,74 @@ def run(admin_url: str, removal: int, pause: float | None = None) -> int:
               f" of {WAVE:,} (built in {time.monotonic() - started:.0f} s)",
               flush=True)  # fmt: skip
         before = sizes(conn)
-    alone = workload(url, workspace, None)
     archive = tempfile.mkdtemp(prefix="tickwork-bench-archive-")
     context = multiprocessing.get_context("spawn")
     manager = context.Manager()
-    result = manager.dict()
-    began = manager.Event()
-    process = context.Process(target=remove, args=(url, archive, pause, result, began))
+    alone = [workload(url, workspace, None)]
+    beside: list[Figures] = []
+    results: list[dict[str, Any]] = []
+    for _ in range(rounds):
+        result = manager.dict()
+        began = manager.Event()
+        process = context.Process(
+            target=remove, args=(url, archive, pause, budget or 3600 * 24, result, began)
+        )
 
-    def start_removal() -> None:
-        process.start()
-        began.wait(60)
-        time.sleep(0.5)  # into its batches
+        def start_removal(process: Any = process, began: Any = began) -> None:
+            process.start()
+            began.wait(60)
+            time.sleep(0.5)  # into its batches
 
-    beside = workload(url, workspace, start_removal)
-    process.join()
-    again = workload(url, workspace, None)  # alone once more: the table's drift is on both sides
-    figures = dict(result)
+        beside.append(workload(url, workspace, start_removal))
+        process.join()
+        results.append(dict(result))
+        # alone once more: the table's drift is on both sides of each round
+        alone.append(workload(url, workspace, None))
     manager.shutdown()
-    report(alone, beside, again, figures, pause)
+    for n, (removed, figures) in enumerate(zip(results, beside, strict=True)):
+        if rounds > 1:
+            print(f"  round {n + 1} of {rounds} (the removal's budget {budget} s):")
+        report(alone[n], figures, alone[n + 1], removed, pause)
+    if rounds > 1:
+        summarize(alone, beside, results)
     print_sizes("sizes before", before)
     with connect(url) as conn:
-        print_sizes("after the removal", sizes(conn))
-        steady_state(conn, workspace, removal, pause, archive)
+        print_sizes("after the rounds" if budget else "after the removal", sizes(conn))
+        if budget is not None and not finish_after:
+            print("    (the old rows the rounds left stay: no removal to the end, no steady"
+                  " state)")  # fmt: skip
+        else:
+            if budget is not None:
+                finish(conn, archive, pause)
+            steady_state(conn, workspace, steady or removal, pause, archive)
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(sql.SQL("drop database if exists {} with (force)").format(name))
     return 0
+
+
+def summarize(alone: list[Figures], beside: list[Figures], results: list[dict[str, Any]]) -> None:
+    """Each figure's ratio per round, and their median; the removal's rate per round."""
+    print("  over the rounds (ratio: with the removal / alone before and after):")
+    per_round = [ratios(alone[n], b, alone[n + 1]) for n, b in enumerate(beside)]
+    for i, (label, _, _) in enumerate(per_round[0]):
+        values = [r[i][2] / max(r[i][1], 1e-9) for r in per_round]
+        shown = ", ".join(f"{v:.2f}x" for v in values)
+        print(f"    {label:<30} {shown}  median {statistics.median(values):.2f}x")
+    rates = [r.get("removed", 0) / max(r.get("seconds", 0.0), 1e-9) for r in results]
+    print(f"    removal rate (rows/s): {', '.join(f'{r:,.0f}' for r in rates)}"
+          f"  median {statistics.median(rates):,.0f}")  # fmt: skip
+
+
+def finish(conn: Connection, archive: str, pause: float) -> None:
+    """The old rows the rounds left, removed to the end by the retention alone."""
+    settings = Settings(database_url="postgresql://unused", retention_days=30,
+                        retention_batch_size=WAVE, retention_budget_seconds=3600 * 24,
+                        retention_pause_seconds=pause)  # fmt: skip
+    now = conn.execute("select now()").fetchone()
+    assert now is not None
+    started = time.perf_counter()
+    done = run_retention(conn, settings, FolderArchiveStore(Path(archive)), now=now[0])
+    seconds = time.perf_counter() - started
+    print(f"    the rest: {done.removed:,} rows removed alone in {seconds:,.0f} s ="
+          f" {done.removed / max(seconds, 1e-9):,.0f} rows/s", flush=True)  # fmt: skip
+    print_sizes("after all the old rows left", sizes(conn))

@@ -322,6 +322,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--removal-only", action="store_true", help="only the removal scenario")
     parser.add_argument(
+        "--removal-rounds", type=int, default=1,
+        help="alternating rounds (alone, then beside a removal stopped at --removal-budget)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--removal-budget", type=int, default=None,
+        help="seconds each round's removal runs (needed for more than one round)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--removal-steady", type=int, default=None,
+        help="old rows added and removed per steady-state cycle (default: --removal)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--removal-no-finish", action="store_true",
+        help="after budgeted rounds, leave the rest (no removal to the end, no steady state)",
+    )  # fmt: skip
+    parser.add_argument(
         "--keep", action="store_true", help=f"leave the {DATABASE}_* databases for a look"
     )
     args = parser.parse_args(argv)
@@ -336,7 +352,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.removal_only:
         hot_statements(admin_url, args, where, load_before)
     if args.removal:
-        bench_removal.run(admin_url, args.removal)
+        bench_removal.run(
+            admin_url, args.removal, rounds=args.removal_rounds, budget=args.removal_budget,
+            steady=args.removal_steady, finish_after=not args.removal_no_finish,
+        )  # fmt: skip
     if server is not None:
         server.stop()
     return 0

@@ -162,3 +162,31 @@ def test_the_removal_scenario_removes_every_old_row_beside_the_workload(
     assert "cycle 1: +2,000, -2,000" in out
     assert "burst drain (rows/s)" in out
     assert "lock waits (+ removal):" in out
+
+
+def test_the_removal_rounds_alternate_with_the_workload_alone_and_finish_the_rest(
+    pg_admin_url, monkeypatch, capsys
+):
+    # Given the small scenario in three rounds, each removal stopped at a 1-second budget
+    # and pausing between batches of 100, so the rounds leave old rows for the end
+    monkeypatch.setattr(bench_removal, "BURST", 1000)
+    monkeypatch.setattr(bench_removal, "FUTURE", 1000)
+    monkeypatch.setattr(bench_removal, "WAVE", 100)
+    monkeypatch.setattr(bench_removal, "CYCLES", 1)
+    monkeypatch.setattr(bench_removal, "DATABASE", "tickwork_bench_removal_rounds_test")
+    assert bench_removal.run(pg_admin_url, 3000, pause=0.05, rounds=3, budget=1, steady=500) == 0
+    out = capsys.readouterr().out
+    # Then each round is reported beside its own runs alone, with the ratios' medians
+    assert "round 3 of 3 (the removal's budget 1 s):" in out
+    assert out.count("lock waits (alone):") == 3
+    assert "median" in out
+    assert "removal rate (rows/s):" in out
+    # and what the rounds left is removed to the end, then the steady state's cycle
+    assert "the rest: " in out
+    assert "after all the old rows left" in out
+    assert "cycle 1: +500, -500" in out
+
+
+def test_more_than_one_removal_round_needs_a_budget(pg_admin_url):
+    with pytest.raises(ValueError, match="needs a budget"):
+        bench_removal.run(pg_admin_url, 10, rounds=3)
