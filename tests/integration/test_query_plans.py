@@ -297,11 +297,17 @@ def test_a_row_claimed_without_its_mark_is_still_found_as_a_zombie(conn, workspa
 
 
 def test_the_resolvers_candidates_come_from_their_partial_index(conn, big_table):
-
+    # Given history as it is: most finished rows published (every finished row is in the
+    # retention walk's index), a few failed ambiguous
+    conn.execute(
+        "update scheduled_actions set status = 'published', attempt_count = 1,"
+        " submitted_at = now(), finished_at = now()"
+        " where id in (select id from scheduled_actions order by id limit 20000)"
+    )
     conn.execute(
         "update scheduled_actions set status = 'failed', error_code = 'ambiguous',"
         " attempt_count = 1, submitted_at = now(), finished_at = now()"
-        " where id in (select id from scheduled_actions limit 5)"
+        " where id in (select id from scheduled_actions order by id desc limit 5)"
     )
     conn.execute("analyze scheduled_actions")
     plan = plan_of(
