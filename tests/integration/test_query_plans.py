@@ -142,9 +142,12 @@ def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
     )  # fmt: skip
     # (the finalize's outcome events probe the workspace's active event endpoints by their
     # index, migration 0026)
+    # The rows by id: the primary key, or the (workspace_id, id) key (0037), which Postgres
+    # 18 skip-scans to the same rows when, as here, the table holds one workspace.
+    by_id = ({"scheduled_actions_pkey"}, {"ux_scheduled_actions_workspace_id"})
     for plan in (claim, finalize):
         others = {"action_attempts_pkey", "ix_event_endpoints_workspace"}
-        assert index_scans(plan) - others == {"scheduled_actions_pkey"}, json.dumps(plan, indent=1)
+        assert index_scans(plan) - others in by_id, json.dumps(plan, indent=1)
         assert not {"scheduled_actions", "action_attempts"} & seq_scans(plan)
 
 

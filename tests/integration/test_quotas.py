@@ -125,14 +125,16 @@ def crowded_rules(conn, now):
 @pytest.mark.parametrize(
     ("name", "params", "index"),
     [
-        ("count_rules", {}, "ix_rules_workspace"),
+        # the workspace's rules: either index that leads with workspace_id (0037's key too)
+        ("count_rules", {}, {"ix_rules_workspace", "ux_rules_workspace_id"}),
         ("count_event_rules", {"event_type": "type.7"}, "ix_rules_event"),
         ("count_recipients", {"cap": 501}, "recipients_pkey"),
     ],
 )
 def test_the_cap_counts_use_their_index(conn, crowded_rules, name, params, index):
     plan = plan_of(conn, query(name), {"workspace_id": crowded_rules} | params)
-    assert index in index_scans(plan), json.dumps(plan, indent=1)
+    expected = index if isinstance(index, set) else {index}
+    assert expected & index_scans(plan), json.dumps(plan, indent=1)
     assert not {"rules", "recipients"} & seq_scans(plan)
 
 
