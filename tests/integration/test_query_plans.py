@@ -11,6 +11,7 @@ from uuid import UUID
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from tickwork.actions.model import Attempt, Finalization
 from tickwork.actions.store import attempt_columns
@@ -50,9 +51,41 @@ def seq_scans(plan: dict[str, Any]) -> set[str]:
     return found
 
 
-@pytest.fixture
-def big_table(conn, workspace, now):
-    """100k rows due in the future, 100 due now, plus finished history."""
+# The tables the hot plans below read. Each is filled with its realistic share of rows and
+# analyzed by the fixture, so a plan never rests on statistics an earlier test left behind
+# (a truncate keeps them): the plans asserted are those of a table in service.
+HOT_TABLES = ("scheduled_actions", "action_attempts", "event_endpoints")
+
+
+def load_history(conn: psycopg.Connection[Any], workspace: UUID, now: datetime) -> None:
+    """Finished rows and their ledger, as a table in service holds them: 20k finished rows,
+    a refused or transient call recorded for one in four, a stuck one for one in a hundred
+    (a published call is recorded by its row alone, migration 0016)."""
+    conn.execute(
+        "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at,"
+        " status, attempt_count, submitted_at, finished_at, error_code)"
+        " select %(ws)s, 'webhook', 'done', %(now)s - g * interval '1 second',"
+        "        case when g %% 10 = 0 then 'failed' else 'published' end, 1 + g %% 4 / 3,"
+        "        %(now)s - g * interval '1 second', %(now)s - g * interval '1 second',"
+        "        case when g %% 10 = 0 then 'provider_rejected' end"
+        " from generate_series(1, 20000) g",
+        {"ws": workspace, "now": now - timedelta(days=1)},
+    )
+    conn.execute(
+        "insert into action_attempts (action_id, attempt, workspace_id, started_at,"
+        " finished_at, latency_ms, outcome)"
+        " select id, 1, workspace_id, finished_at, finished_at, 80,"
+        "        case when n % 100 = 1 then 'stuck' when n % 8 = 0 then 'rejected'"
+        "             else 'transient' end"
+        " from (select id, workspace_id, finished_at, row_number() over () as n"
+        "       from scheduled_actions where target_key = 'done') r"
+        " where n % 4 = 0 or n % 100 = 1",
+    )
+
+
+def load_big_table(conn: psycopg.Connection[Any], workspace: UUID, now: datetime) -> None:
+    """100k rows due in the future, 100 due now, plus finished history and its ledger,
+    every hot table analyzed."""
     conn.execute(
         "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
         " select %(ws)s, 'webhook', 't', %(now)s + g * interval '1 second'"
@@ -65,7 +98,14 @@ def big_table(conn, workspace, now):
         " from generate_series(1, 100) g",
         {"ws": workspace, "now": now},
     )
-    conn.execute("analyze scheduled_actions")
+    load_history(conn, workspace, now)
+    for table in HOT_TABLES:
+        conn.execute(sql.SQL("analyze {}").format(sql.Identifier(table)))
+
+
+@pytest.fixture
+def big_table(conn, workspace, now):
+    load_big_table(conn, workspace, now)
     return now
 
 
@@ -109,13 +149,20 @@ def test_each_pass_starts_after_the_rows_the_last_one_marked(conn, big_table):
     assert [r.id for r in mark_due(conn, big_table, 60, ["webhook"])] == [first[0].id]
 
 
-def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
+def claim_and_finalize_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """The plans of a wave's claim and finalize, 500 rows, amid a burst in flight."""
     # Given a burst in flight: many rows already submitted by other dispatchers
     conn.execute(
         "update scheduled_actions set status = 'submitted', submitted_at = now(),"
-        " attempt_count = 1 where id in (select id from scheduled_actions limit 3000)"
+        " attempt_count = 1 where id in"
+        " (select id from scheduled_actions where status = 'queued' limit 3000)"
     )
-    ids = [row[0] for row in conn.execute("select id from scheduled_actions limit 500")]
+    ids = [
+        row[0]
+        for row in conn.execute(
+            "select id from scheduled_actions where status = 'submitted' limit 500"
+        )
+    ]
     n = len(ids)
     claim = plan_of(
         conn,
@@ -140,15 +187,48 @@ def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
             for i in ids
         ]),
     )  # fmt: skip
+    return [claim, finalize]
+
+
+def assert_found_by_primary_key(plans: list[dict[str, Any]]) -> None:
     # (the finalize's outcome events probe the workspace's active event endpoints by their
-    # index, migration 0026)
+    # index, migration 0026; a stuck attempt is found by the ledger's key)
     # The rows by id: the primary key, or the (workspace_id, id) key (0037), which Postgres
     # 18 skip-scans to the same rows when, as here, the table holds one workspace.
     by_id = ({"scheduled_actions_pkey"}, {"ux_scheduled_actions_workspace_id"})
-    for plan in (claim, finalize):
+    for plan in plans:
         others = {"action_attempts_pkey", "ix_event_endpoints_workspace"}
         assert index_scans(plan) - others in by_id, json.dumps(plan, indent=1)
-        assert not {"scheduled_actions", "action_attempts"} & seq_scans(plan)
+        assert not {"scheduled_actions", "action_attempts"} & seq_scans(plan), json.dumps(
+            plan, indent=1
+        )
+
+
+def test_the_batch_claim_and_finalize_find_rows_by_primary_key(conn, big_table):
+    assert_found_by_primary_key(claim_and_finalize_plans(conn))
+
+
+def test_the_finalize_plan_does_not_rest_on_what_an_earlier_test_left(conn, workspace, now):
+    # Given the statistics an earlier test can leave behind: a ledger of one action with 50
+    # stuck attempts, analyzed, then emptied as the next test's reset empties it (a truncate
+    # keeps the statistics). On such statistics alone the finalize reads the ledger by a
+    # sequential scan, which is how `make test` once failed on a fresh clone (#47).
+    conn.execute(
+        "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
+        " values (%s, 'webhook', 'skew', now())",
+        (workspace,),
+    )
+    conn.execute(
+        "insert into action_attempts (action_id, attempt, workspace_id, started_at, outcome)"
+        " select id, g, workspace_id, now(), 'stuck' from scheduled_actions,"
+        " generate_series(1, 50) g"
+    )
+    conn.execute("analyze action_attempts")
+    conn.execute("truncate action_attempts, scheduled_actions cascade")
+    # When the plan tests load the table in service they assert plans for
+    load_big_table(conn, workspace, now)
+    # Then the claim and the finalize find their rows by key all the same
+    assert_found_by_primary_key(claim_and_finalize_plans(conn))
 
 
 def due_range_of(plan: dict[str, Any]) -> str:
