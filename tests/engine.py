@@ -106,6 +106,19 @@ def row(conn: Connection, action_id: UUID) -> dict[str, Any]:
     return result
 
 
+def in_queue(conn: Connection, action_id: UUID) -> bool:
+    """Whether a row not finished was handed to its queue (migration 0039): by a producer, a
+    dispatcher or the lost-message sweep (its queue entry's enqueued_at), or by the tick's
+    pass (its type's watermark is past it and it is not unsent)."""
+    found = conn.execute(
+        "select q.enqueued_at is not null"
+        "       or (tickwork_behind_watermark(q.action_type, q.due_at, q.id) and not q.unsent)"
+        " from action_queue q where q.id = %s",
+        (action_id,),
+    ).fetchone()
+    return bool(found and found[0])
+
+
 def drain(
     runtime: Runtime, action_type: str = "log", batch_size: int = 10, wait: float = 0.0
 ) -> DispatchSummary:

@@ -56,6 +56,8 @@ from tickwork.platform.queues.port import MESSAGE_WINDOW
 from tickwork.platform.sql import query
 from tickwork.platform.wallclock import utcnow
 from tickwork.providers.log import Delivery, LogProvider
+from tools import statement_costs
+from tools.proc import cpu_seconds
 
 BENCH_DATABASE = "tickwork_bench"
 # Rows of the `log` type due within the message window share messages of up to this many
@@ -153,16 +155,6 @@ def measured(stages: Stages) -> Iterator[None]:
         actions.claim, actions.finalize = claim, finalize
         Dispatcher.dispatch = dispatch  # type: ignore[method-assign]
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """CPU seconds (user + system) process `pid` of this machine has used; None when it
-    is not on this machine (or gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def backend_cpu_seconds(conn: Connection) -> float | None:
@@ -570,9 +562,9 @@ def run_floor(
     url: str, count: int, workers: int, batch: int, tick_batch: int, ledger: bool = True,
     events: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
-    """The burst's statements with no Python work between them: one connection marks due
-    rows as the tick does, `workers` connections claim and finalize them in `batch`es (ids
-    kept as the text of a Postgres array, every row published)."""
+    """The burst's statements with no Python work between them: one connection takes due
+    rows as the tick's passes do, `workers` connections claim and finalize them in `batch`es
+    (ids kept as the text of a Postgres array, every row published)."""
     with connect(url) as conn:
         workspace = reset(conn)
         if events:
@@ -580,11 +572,7 @@ def run_floor(
         start = due_after_insert(count)
         insert_rows(conn, workspace, count, start, 0)
     wait_until(start, "the due time")
-    mark, claim, finalize = (
-        query("mark_due_enqueued"),
-        query("claim_actions"),
-        query("finalize_actions"),
-    )
+    claim, finalize = query("claim_actions"), query("finalize_actions")
     waves: queue.SimpleQueue[list[Any] | None] = queue.SimpleQueue()
     finished: list[float] = []
 
@@ -609,17 +597,14 @@ def run_floor(
     for thread in threads:
         thread.start()
     with connect(url) as conn:
-        after = enqueue.CURSOR_START
         while True:
-            with conn.transaction():
-                rows = conn.execute(mark, {
-                    "horizon": utcnow(), "batch_size": tick_batch, "action_types": ["log"],
-                    "after_due": after[0], "after_id": after[1],
-                }).fetchall()  # fmt: skip
-            if not rows:
-                break
-            after = (rows[-1][2], rows[-1][0])
-            ids = [row[0] for row in rows]
+            # The tick's pass: its type's next rows after the watermark, which it moves.
+            with enqueue.marking(conn):
+                taken = enqueue.take_due(conn, "log", utcnow(), tick_batch)
+                if not taken or not taken.rows:
+                    break
+                enqueue.finish_pass(conn, taken, set())
+            ids = [row.id for row in taken.rows]
             for i in range(0, len(ids), batch):
                 waves.put(ids[i : i + batch])
     for _ in threads:
@@ -701,6 +686,10 @@ def arguments() -> argparse.ArgumentParser:
                         " process")  # fmt: skip
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--skip-floor", action="store_true")
+    parser.add_argument("--skip-costs", action="store_true",
+                        help="skip (f): each hot statement's cost per action")  # fmt: skip
+    parser.add_argument("--costs-only", action="store_true",
+                        help="only (f): each hot statement's cost per action")  # fmt: skip
     parser.add_argument("--skip-spread", action="store_true")
     parser.add_argument("--sustained-steps", type=steps, default=SUSTAINED_STEPS,
                         help="rows of each step of the sustained search (e), comma-separated,"
@@ -744,25 +733,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     n, workers, batch, per_message = args.burst, args.workers, args.batch, args.rows_per_message
     messages = max(1, batch // per_message)  # per dispatch: `batch` rows of a burst
-    if args.events_compare:
-        compare_events(url, n, workers, batch, args.lead, args.events_compare, per_message)
-        return finish(admin_url, server, cpu_at_start)
-    if args.throttle_compare:
-        compare_throttle(url, n, workers, batch, args.lead, args.throttle_compare, per_message)
-        return finish(admin_url, server, cpu_at_start)
-    if args.ledger_compare:
-        compare_ledger(url, n, workers, batch, args.lead, args.ledger_compare, per_message)
-        return finish(admin_url, server, cpu_at_start)
     ledger = not args.ledger_off
+    tick_process = not args.tick_in_thread
+    if (only := one_section(args, url)) is not None:
+        only()
+        return finish(admin_url, server, cpu_at_start)
     if not ledger:
         print("the delivery ledger is off (--ledger-off): no action_attempts rows")
-    tick_process = not args.tick_in_thread
-    if args.spread_only:
-        report_spread(url, args.spread_rows, args.spread_seconds, ledger, tick_process)
-        return finish(admin_url, server, cpu_at_start)
-    if args.sustained_only:
-        report_sustained(url, args.sustained_steps, args.sustained_seconds, ledger, tick_process)
-        return finish(admin_url, server, cpu_at_start)
     ahead = run_engine(url, n, 0.0, workers, messages, args.lead, ledger, tick_process,
                        per_message)  # fmt: skip
     report_burst(f"(a) burst: {n:,} rows due at the same second, enqueued ahead by the tick",
@@ -780,9 +757,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if not args.skip_floor:
         report_floor(url, n, workers, batch, ledger, ahead, late)
+    if not args.skip_costs:
+        report_costs_per_statement(url, n, batch)
     if not args.skip_baseline:
         report_baseline(url, n, workers, ahead, late)
     return finish(admin_url, server, cpu_at_start)
+
+
+def one_section(args: argparse.Namespace, url: str) -> Callable[[], None] | None:
+    """The one section an option asks for alone (a comparison, or an --*-only), if any."""
+    n, workers, batch, per_message = args.burst, args.workers, args.batch, args.rows_per_message
+    ledger, tick_process = not args.ledger_off, not args.tick_in_thread
+    sections: list[tuple[bool, Callable[[], None]]] = [
+        (args.events_compare, lambda: compare_events(
+            url, n, workers, batch, args.lead, args.events_compare, per_message)),
+        (args.throttle_compare, lambda: compare_throttle(
+            url, n, workers, batch, args.lead, args.throttle_compare, per_message)),
+        (args.ledger_compare, lambda: compare_ledger(
+            url, n, workers, batch, args.lead, args.ledger_compare, per_message)),
+        (args.spread_only, lambda: report_spread(
+            url, args.spread_rows, args.spread_seconds, ledger, tick_process)),
+        (args.sustained_only, lambda: report_sustained(
+            url, args.sustained_steps, args.sustained_seconds, ledger, tick_process)),
+        (args.costs_only, lambda: report_costs_per_statement(url, n, batch)),
+    ]  # fmt: skip
+    return next((section for wanted, section in sections if wanted), None)
 
 
 def report_spread(url: str, rows: int, seconds: float, ledger: bool, tick_process: bool) -> None:
@@ -879,6 +878,19 @@ def report_sustained(
         )
     else:
         print(f"\n    no step kept p99 <= {SUSTAINED_P99_MS:g} ms")
+
+
+def report_costs_per_statement(url: str, n: int, batch: int) -> None:
+    """(f): the tick's pass, the claim and the finalize of a burst, each alone."""
+    with connect(url) as conn:
+        workspace = reset(conn)
+        insert_rows(conn, workspace, n, utcnow(), 0)
+    print(f"\n(f) each hot statement alone, {n:,} rows due now, one connection, batches of"
+          f" {batch} (the tick's passes of {bench_settings().tick_batch_size}); the log"
+          " provider's answers")  # fmt: skip
+    statement_costs.report(
+        statement_costs.run(url, workspace, n, batch, bench_settings().tick_batch_size)
+    )
 
 
 def report_floor(

@@ -46,8 +46,8 @@ from tickwork.platform import migrate
 from tickwork.platform.archive import FolderArchiveStore
 from tickwork.platform.config import Settings
 from tickwork.platform.db import Connection, connect
-from tickwork.platform.queues import enqueue
 from tickwork.platform.wallclock import utcnow
+from tools.statement_costs import tick_pass_rows
 
 DATABASE = "tickwork_bench_scale_removal"
 BURST = 50_000
@@ -148,7 +148,7 @@ def burst(conn: Connection, workspace: UUID) -> float:
     started = time.perf_counter()
     done = 0
     while done < BURST:
-        marked = enqueue.mark_due(conn, utcnow(), WAVE, ["log"])
+        marked = tick_pass_rows(conn, utcnow(), WAVE)
         if not marked:
             break
         claimed = store.claim(conn, "log", [r.id for r in marked], early_tolerance=1.0)
@@ -168,7 +168,7 @@ def spread(url: str, workspace: UUID, stop: threading.Event, out: list[float]) -
                 " publish_at) values (%s, 'log', 's', now() - interval '1 second')",
                 (workspace,),
             )
-            marked = enqueue.mark_due(conn, utcnow(), 10, ["log"])
+            marked = tick_pass_rows(conn, utcnow(), 10)
             claimed = store.claim(conn, "log", [r.id for r in marked], early_tolerance=1.0)
             store.finalize(conn, [model.published(a.id, "s") for a in claimed])
             calendar.list_actions(conn, workspace, start, end, limit=100)

@@ -2,11 +2,11 @@
 
 The same operations are timed on a small table (10k future rows) and on a large one
 (`--future` future rows, 10M by default, plus `--terminal` finished rows of history, 1M):
-the tick's due query (mark a batch due), the claim and the finalize of a wave, a calendar
+the tick's pass (a batch due), the claim and the finalize of a wave, a calendar
 page, `/v1/stats` and `tickwork status`, and for reference the scan `/v1/stats` made before
 its rollup. Each is run inside a transaction that is rolled back, several times; the
 median is printed with its ratio large / small (the target: within 2x). Last, one
-reconciler step of the rollup after a wave finished.
+run of the rollup after a wave finished.
 
 The large table is loaded as a restore would (indexes and keys rebuilt after the rows):
 about 4 minutes for 11M rows on a 2-core machine; `--future 1000000 --terminal 100000`
@@ -38,10 +38,10 @@ from tickwork.cli import status as ops_status
 from tickwork.local.embedded import EmbeddedPostgres, with_database
 from tickwork.platform import migrate
 from tickwork.platform.db import Connection, connect
-from tickwork.platform.queues import enqueue
 from tickwork.platform.sql import query
 from tickwork.platform.wallclock import utcnow
 from tools import bench_removal
+from tools.statement_costs import tick_pass_rows
 
 DATABASE = "tickwork_bench_scale"
 DUE_ROWS = 2000  # due now in both sizes: what the tick and the dispatcher work on
@@ -132,17 +132,16 @@ def build(conn: Connection, future: int, terminal: int) -> Any:
         )
     if triggers_off:
         conn.execute("reset session_replication_role")
-        conn.execute(
-            "insert into action_type_rows (workspace_id, action_type, n)"
-            " select workspace_id, action_type, count(*) from scheduled_actions"
-            " group by workspace_id, action_type"
-        )
     conn.execute("set maintenance_work_mem = '512MB'")
     for definition in primary + indexes + foreign:
         conn.execute(definition)  # the catalog's own text
     conn.execute("reset maintenance_work_mem")
-    conn.execute("vacuum analyze scheduled_actions")
-    rollup.advance(conn, margin_seconds=0)
+    if triggers_off:
+        # What the triggers keep, rebuilt from the rows as after a restore (migration 0039).
+        conn.execute("select tickwork_rebuild_derived()")
+    for table in ("scheduled_actions", "action_queue"):
+        conn.execute(sql.SQL("vacuum analyze {}").format(sql.Identifier(table)))
+    rollup.compact(conn)
     return workspace
 
 
@@ -168,26 +167,19 @@ def sample(conn: Connection, operation: Operation, setup: Setup) -> float:
 
 
 # A table of one small closure per timed statement: its branches are theirs, not its own.
-def operations(conn: Connection, workspace: Any) -> dict[str, tuple[Operation, Setup, bool]]:  # noqa: C901
+def operations(conn: Connection, workspace: Any) -> dict[str, tuple[Operation, Setup, bool]]:
     """What is timed, by label: (operation, setup, whether it is a slow reference)."""
     due_ids = due_wave(conn)
     now = utcnow()
 
     def mark(c: Connection, _: Any) -> object:
-        return enqueue.mark_due(c, now + timedelta(seconds=60), DUE_ROWS, ["log"])
+        return tick_pass_rows(c, now + timedelta(seconds=60), DUE_ROWS)
 
     def claim(c: Connection, _: Any) -> object:
         return store.claim(c, "log", due_ids, early_tolerance=1.0)
 
     def claimed(c: Connection) -> object:
         return store.claim(c, "log", due_ids, early_tolerance=1.0)
-
-    def claimed_before_0015(c: Connection) -> object:
-        # What the finalize cost before migration 0015: its index on finished_at and its row
-        # trigger dropped inside the transaction (rolled back with it).
-        c.execute("drop index ix_scheduled_actions_finished")
-        c.execute("drop trigger scheduled_actions_rollup_update on scheduled_actions")
-        return claimed(c)
 
     def finalize(c: Connection, rows: Any) -> object:
         return store.finalize(c, [model.published(a.id, f"log-{a.id}") for a in rows])
@@ -237,10 +229,9 @@ def operations(conn: Connection, workspace: Any) -> dict[str, tuple[Operation, S
         "  its lag (rows due in 1 h)": (part("stats_lag"), _none, False),
         "`tickwork status`": (status, _none, False),
         "(/v1/stats before: a scan)": (scanned_stats, _none, True),
-        "tick due query (mark 2,000)": (mark, _none, False),
+        "tick pass (2,000)": (mark, _none, False),
         "claim (1,000)": (claim, _none, False),
         "finalize (1,000)": (finalize, claimed, False),
-        "  same, without 0015's index+trigger": (finalize, claimed_before_0015, False),
     }
 
 
@@ -280,11 +271,11 @@ def due_wave(conn: Connection) -> list[Any]:
 
 
 def advanced(conn: Connection, due_ids: list[Any]) -> float:
-    """One reconciler step after a wave finished (committed: measured last)."""
+    """One run of the rollup after a wave finished (committed: measured last)."""
     claimed = store.claim(conn, "log", due_ids, early_tolerance=1.0)
     store.finalize(conn, [model.published(a.id, f"log-{a.id}") for a in claimed])
     started = time.perf_counter()
-    rollup.advance(conn, margin_seconds=0)
+    rollup.compact(conn)
     return time.perf_counter() - started
 
 
@@ -383,7 +374,7 @@ def hot_statements(admin_url: str, args: argparse.Namespace, where: str, load_be
     results = measure(conns, workspaces, args.repeat)
     io = {label: claim_io(conn, due_wave(conn)) for label, conn in conns.items()}
     for label, conn in conns.items():
-        results[label]["rollup advance (1,000 done)"] = advanced(conn, due_wave(conn))
+        results[label]["rollup (1,000 finished)"] = advanced(conn, due_wave(conn))
     version = conns["large"].execute("show server_version").fetchone()
     print(f"\nmedian of {args.repeat} (the scan: of 3), small and large alternating, each in a"
           f" rolled-back transaction; target large <= 2x small; on {where}"

@@ -127,7 +127,6 @@ class OldestTransaction:
     started_at: datetime | None
     state: str | None
     sessions_hidden: bool
-    watermark: datetime | None
 
 
 @dataclass
@@ -271,7 +270,6 @@ def gather(
             started_at=oldest["xact_start"],
             state=oldest["state"],
             sessions_hidden=bool(oldest["sessions_hidden"]),
-            watermark=oldest["watermark"],
         ),
     )
     found.warnings = warnings(found, settings)
@@ -335,13 +333,12 @@ def warnings(found: Operations, settings: Settings) -> list[Warning]:
         age = (clock.database - oldest.started_at).total_seconds()
         if age > limit:
             state = f", {oldest.state}" if oldest.state else ""
-            mark = f" (at {stamp(oldest.watermark)})" if oldest.watermark is not None else ""
             out.append(Warning(
                 "old_transaction",
                 f"A transaction has been open for {duration(age)} (since"
-                f" {stamp(oldest.started_at)}{state}): it holds back the stats rollup's"
-                f" watermark{mark} and vacuum's clean-up of dead rows. End it if nothing"
-                " needs it (pg_stat_activity shows it; pg_terminate_backend ends it).",
+                f" {stamp(oldest.started_at)}{state}): it holds back vacuum's clean-up of"
+                " dead rows, and with it the room the dispatchers' writes reuse. End it if"
+                " nothing needs it (pg_stat_activity shows it; pg_terminate_backend ends it).",
             ))  # fmt: skip
     unreadable = [q for q in found.queues if q.error is not None]
     if unreadable:

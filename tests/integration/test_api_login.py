@@ -61,7 +61,7 @@ def test_a_row_due_soon_is_enqueued_by_the_api_login(conn, api_only_runtime):
     assert json.loads(message.body)["id"] == created
     with connect(api_only_runtime.settings.database_url) as owner:
         enqueued = owner.execute(
-            "select enqueued_at is not null from scheduled_actions where id = %s", (created,)
+            "select enqueued_at is not null from action_queue where id = %s", (created,)
         ).fetchone()
     assert enqueued == (True,)
 

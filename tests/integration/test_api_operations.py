@@ -231,7 +231,7 @@ def test_an_old_open_transaction_is_a_warning(install, acme, database_url):
         install(ops_old_transaction_seconds=0)
         [warning] = [w for w in ops(acme)["warnings"] if w["code"] == "old_transaction"]
     assert "idle in transaction" in warning["message"]
-    assert "holds back the stats rollup's watermark" in warning["message"]
+    assert "holds back vacuum's clean-up of dead rows" in warning["message"]
 
 
 def test_clock_skew_beyond_the_tolerance_is_a_warning(install, acme, monkeypatch):

@@ -1,6 +1,7 @@
 """A bulk cancel by parent walks only that parent's pending rows: EXPLAIN on a table of
 50,000 pending rows (and their sent history) shows each batch and each "more left?" probe
-on its partial index, and the tick's due query still on its own."""
+on the queue's index of the parent (or the rule's links), and the tick's due query still on
+its own."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from uuid import UUID
 import pytest
 
 from tests.integration.test_query_plans import index_scans, plan_of, seq_scans
-from tickwork.platform.queues.enqueue import CURSOR_START
+from tickwork.platform.queues.enqueue import WATERMARK_START
 from tickwork.platform.sql import query
 
 FAR = {"due_from": "0001-01-01T00:00:00Z", "due_to": "9999-12-31T00:00:00Z"}
@@ -28,9 +29,6 @@ def parents(conn, workspace, now) -> dict[str, Any]:
         " select %s, 'r' || g, 'UTC' from generate_series(0, 999) g",
         (workspace,),
     )
-    # Loaded as a restore is (triggers off): the duplicate-publish guard would look up each
-    # of the 100k thing rows through a plan made while the table was empty.
-    conn.execute("set session_replication_role = replica")
     for status, finished in (("queued", None), ("published", now)):
         conn.execute(
             "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at,"
@@ -41,7 +39,6 @@ def parents(conn, workspace, now) -> dict[str, Any]:
             {"ws": workspace, "at": now + timedelta(hours=1), "status": status,
              "finished": finished},
         )  # fmt: skip
-    conn.execute("reset session_replication_role")
     rule = conn.execute(
         "insert into rules (workspace_id, name, trigger_type, entity_type, reference,"
         " offset_seconds, action_type, target_key) values (%s, 'r', 'time', 'booking',"
@@ -77,12 +74,12 @@ def parents(conn, workspace, now) -> dict[str, Any]:
 
 
 CASES = [
-    ("bulk_cancel_by_tag", {"tag": "tag7"}, "ix_scheduled_actions_pending_tags"),
-    ("pending_of_tag", {"tag": "tag7"}, "ix_scheduled_actions_pending_tags"),
-    # 'all' is on every row: the partial index still holds only the pending ones
-    ("bulk_cancel_by_tag", {"tag": "all"}, "ix_scheduled_actions_pending_tags"),
-    ("bulk_cancel_by_recipient", {"recipient_id": "r7"}, "ix_scheduled_actions_pending_recipient"),
-    ("pending_of_recipient", {"recipient_id": "r7"}, "ix_scheduled_actions_pending_recipient"),
+    ("bulk_cancel_by_tag", {"tag": "tag7"}, "ix_action_queue_tags"),
+    ("pending_of_tag", {"tag": "tag7"}, "ix_action_queue_tags"),
+    # 'all' is on every row: the queue holds only the pending ones
+    ("bulk_cancel_by_tag", {"tag": "all"}, "ix_action_queue_tags"),
+    ("bulk_cancel_by_recipient", {"recipient_id": "r7"}, "ix_action_queue_recipient"),
+    ("pending_of_recipient", {"recipient_id": "r7"}, "ix_action_queue_recipient"),
     ("bulk_cancel_by_entity", {"entity_type": "booking", "entity_id": "bk7"},
      "ix_rule_actions_entity"),
     ("pending_of_entity", {"entity_type": "booking", "entity_id": "bk7"},
@@ -117,13 +114,10 @@ def test_a_cancel_by_parent_reads_only_the_parents_pending_rows_by_index(conn, p
     conn.execute("reset enable_indexscan")
     plan = plan_of(
         conn,
-        query("mark_due_enqueued"),
-        {"horizon": parents["now"], "batch_size": 500, "action_types": ["webhook"],
-         "after_due": CURSOR_START[0], "after_id": CURSOR_START[1]},
+        query("due_after_watermark"),
+        {"horizon": parents["now"], "batch_size": 500, "action_type": "webhook",
+         "after_due": WATERMARK_START[0], "after_id": WATERMARK_START[1]},
     )  # fmt: skip
     scans = index_scans(plan)
-    assert "ix_scheduled_actions_due" in scans, json.dumps(plan, indent=1)
-    assert not scans & {
-        "ix_scheduled_actions_pending_tags",
-        "ix_scheduled_actions_pending_recipient",
-    }
+    assert "ix_action_queue_due" in scans, json.dumps(plan, indent=1)
+    assert not scans & {"ix_action_queue_tags", "ix_action_queue_recipient"}

@@ -128,7 +128,9 @@ def test_a_callbacks_lookups_use_their_indexes(conn, workspace):
     conn.execute("analyze callback_receipts")
     target = plan_of(conn, query("delivery_target"), {"connection_id": connection.id,
                      "workspace_id": workspace, "message_id": "m-777"})  # fmt: skip
-    assert "ix_scheduled_actions_provider_message" in index_scans(target), json.dumps(target)
+    assert {"provider_messages_pkey", "scheduled_actions_pkey"} <= index_scans(target), json.dumps(
+        target
+    )
     assert not seq_scans(target)
     receipt = plan_of(conn, query("note_receipt"), {
         "connection_id": connection.id, "workspace_id": workspace, "event_key": "new",

@@ -52,14 +52,15 @@ def crowded(conn, now):
         {"ws": make_workspace(conn, "Other"), "at": now + timedelta(minutes=30)},
     )
     conn.execute("analyze scheduled_actions")
+    conn.execute("analyze action_queue")
     return busy, quiet
 
 
-def test_the_active_count_uses_its_partial_index_and_stops_at_the_cap(conn, crowded):
+def test_the_active_count_reads_the_workspaces_queue_and_stops_at_the_cap(conn, crowded):
     busy, quiet = crowded
     plan = plan_of(conn, query("count_active_actions"), {"workspace_id": busy, "cap": 1001})
-    assert "ix_scheduled_actions_active_workspace" in index_scans(plan)
-    assert "scheduled_actions" not in seq_scans(plan)
+    assert "ix_action_queue_workspace" in index_scans(plan)
+    assert not {"scheduled_actions", "action_queue"} & seq_scans(plan)
     quotas.check_active_actions(conn, quiet, limits(active_actions=1))
     quotas.check_active_actions(conn, busy, limits(active_actions=50_000))
     with pytest.raises(QuotaExceededError, match="more than 49999 active"):

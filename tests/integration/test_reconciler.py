@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.engine import drain
+from tests.engine import drain, in_queue
 from tests.handlers import FakeLambdaContext, load_handler
 from tests.intent_helpers import (
     SOCIAL,
@@ -135,7 +135,7 @@ def test_a_moved_row_fires_at_its_new_time_and_the_old_one_never(
     declare(conn, workspace, settings, targets=("facebook",), queues=runtime.queues,
             wall_date=first.date(), wall_time=first.time().isoformat())  # fmt: skip
     old = active_row(conn, "post-1", "facebook")
-    assert old["enqueued_at"] is not None
+    assert in_queue(conn, old["id"])
     # When its wall time moves 1.5 s later
     second = first + timedelta(seconds=1.5)
     declare(conn, workspace, settings, targets=("facebook",), queues=runtime.queues,

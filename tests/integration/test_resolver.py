@@ -116,12 +116,16 @@ def webhook_rows(conn, workspace, now, count: int = 1, thing: bool = False) -> l
 
 
 def failed_rows(conn, workspace, now, count: int, code: str = "ambiguous", age: str = "1 hour"):
-    """Rows failed `code` at attempt 1, their attempt `age` old, as the dispatcher leaves them."""
+    """Rows failed `code` at attempt 1, their attempt `age` old, as the dispatcher (or the
+    tick, for `stuck`) leaves them: with the attempt's ledger entry."""
     ids = webhook_rows(conn, workspace, now, count)
     conn.execute(
-        "update scheduled_actions set status = 'failed', error_code = %s, attempt_count = 1,"
+        "with failed as ("
+        " update scheduled_actions set status = 'failed', error_code = %s, attempt_count = 1,"
         " last_error = 'read timeout', submitted_at = now() - %s::interval, finished_at = now()"
-        " where id = any(%s)",
+        " where id = any(%s) returning id, workspace_id, submitted_at, error_code)"
+        " insert into action_attempts (action_id, attempt, workspace_id, started_at, outcome)"
+        " select id, 1, workspace_id, submitted_at, error_code from failed",
         (code, age, ids),
     )
     return ids
@@ -272,17 +276,18 @@ def test_absent_after_the_grace_is_sent_once_more_and_only_once(
 def test_absent_is_not_trusted_over_a_late_outcome_that_says_delivered(
     conn, workspace, runtime, looking, hook, now
 ):
-    # Given a stuck row whose outcome, written late, says the provider delivered it
+    # Given a stuck row whose outcome, written late, says the provider delivered it (the
+    # finalize's late write replaces the attempt's `stuck` entry)
     [action_id] = failed_rows(conn, workspace, now, 1, "stuck")
     conn.execute(
-        "insert into action_attempts (action_id, attempt, workspace_id, started_at, outcome)"
-        " values (%s, 1, %s, now() - interval '1 hour', 'delivered')",
-        (action_id, workspace),
+        "update action_attempts set outcome = 'delivered' where action_id = %s", (action_id,)
     )
-    # When the lookup says absent (its index lost it)
+    # When the resolver runs, and the lookup would say absent (its index lost it)
     summary = resolve_unsettled(conn, runtime)
-    # Then the row is not sent again
-    assert summary.unresolved == {"webhook": 1}
+    # Then the provider is not asked (the ledger holds its answer) and the row is not sent
+    # again: a person settles it (it is counted among the failures that need one)
+    assert summary.examined == 0
+    assert looking.lookups == []
     assert row(conn, action_id)["status"] == "failed"
     send_everything(conn, runtime)
     assert received(hook) == Counter()
@@ -294,9 +299,12 @@ def test_a_requeue_that_would_make_a_second_active_row_stays(
     # Given a failed row of a thing that has a new active row for the same target
     [action_id] = webhook_rows(conn, workspace, now, thing=True)
     conn.execute(
-        "update scheduled_actions set status = 'failed', error_code = 'ambiguous',"
+        "with failed as ("
+        " update scheduled_actions set status = 'failed', error_code = 'ambiguous',"
         " attempt_count = 1, submitted_at = now() - interval '1 hour', finished_at = now()"
-        " where id = %s",
+        " where id = %s returning id, workspace_id, submitted_at)"
+        " insert into action_attempts (action_id, attempt, workspace_id, started_at, outcome)"
+        " select id, 1, workspace_id, submitted_at, 'ambiguous' from failed",
         (action_id,),
     )
     webhook_rows(conn, workspace, now + timedelta(hours=1), thing=True)

@@ -223,9 +223,13 @@ def stuck_post(conn, workspace, runtime, instance, now, minutes: int = 10) -> UU
         payload={"status": TEXT, "visibility": "public"}, connection_id=connection.id,
     ), runtime.settings, now).action.id  # fmt: skip
     conn.execute(
-        "update scheduled_actions set status = 'failed', error_code = 'stuck',"
+        "with failed as ("
+        " update scheduled_actions set status = 'failed', error_code = 'stuck',"
         " attempt_count = 1, submitted_at = now() - make_interval(mins => %s),"
-        " finished_at = now(), last_error = 'the dispatcher did not finish' where id = %s",
+        " finished_at = now(), last_error = 'the dispatcher did not finish' where id = %s"
+        " returning id, workspace_id, submitted_at)"
+        " insert into action_attempts (action_id, attempt, workspace_id, started_at, outcome)"
+        " select id, 1, workspace_id, submitted_at, 'stuck' from failed",
         (minutes, action_id),
     )
     return action_id

@@ -1,6 +1,6 @@
-"""The retention's walk reads one workspace's oldest finished rows through its own index,
-and its lock and delete find rows by key: checked with EXPLAIN on a table where another
-workspace has a long history and this one a large backlog."""
+"""The retention's walk reads one workspace's rows due before the cutoff through the
+calendar index, and its lock and delete find rows by key: checked with EXPLAIN on a table
+where another workspace has a long history and this one a large backlog."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from tests.conftest import make_workspace
-from tests.integration.test_query_plans import index_scans, plan_of, seq_scans
+from tests.integration.test_query_plans import index_node, index_scans, plan_of, seq_scans
 from tickwork.platform.sql import query
 
 
-def test_the_candidates_come_from_the_retention_index_not_a_scan(conn, workspace, now):
+def test_the_candidates_are_a_range_of_the_calendar_index_not_a_scan(conn, workspace, now):
     other = make_workspace(conn, "other")
     # Another workspace: 60k finished rows, all old. This one: 50k queued, 20k finished.
     conn.execute(
@@ -46,7 +46,10 @@ def test_the_candidates_come_from_the_retention_index_not_a_scan(conn, workspace
     plan = plan_of(conn, query("retention_candidates"), params)
     shown = json.dumps(plan, indent=1)
     assert "scheduled_actions" not in seq_scans(plan), shown
-    assert "ix_scheduled_actions_retention" in index_scans(plan), shown
+    # the workspace's rows due before the cutoff, after the cursor: a range, not its backlog
+    walk = index_node(plan, "ix_scheduled_actions_calendar")
+    assert "publish_at <" in walk["Index Cond"], shown
+    assert "ROW(publish_at, id) >" in walk["Index Cond"], shown
     # the lineage check reads its own index, not the table
     assert "ix_scheduled_actions_rescheduled_from" in index_scans(plan), shown
 

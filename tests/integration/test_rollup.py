@@ -1,5 +1,7 @@
-"""The stats rollup (migration 0015, tickwork.rollup): counts by status and type stay equal
-to a scan of every row through every transition, across the watermark, per tenant."""
+"""The stats rollup (migrations 0015 and 0039, tickwork.rollup): counts by status and type
+stay equal to a scan of every row through every transition, before and after the rollup
+merges its deltas, per tenant, and what finished is counted in the ten minutes it finished
+in."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-import psycopg
 import pytest
 
 from tests.conftest import REPO_ROOT, make_workspace
@@ -53,9 +54,8 @@ def check(conn: Connection, *workspaces: UUID) -> None:
         assert needs == scanned_needs_person(conn, workspace_id), workspace_id
 
 
-def advance(conn: Connection) -> rollup.Advance:
-    # No margin: the test's own transactions are all committed when it advances.
-    return rollup.advance(conn, margin_seconds=0)
+def compact(conn: Connection) -> rollup.Compaction:
+    return rollup.compact(conn)
 
 
 def claim_and_finish(conn: Connection, ids: list[UUID], outcome: str) -> None:
@@ -77,33 +77,31 @@ def two_workspaces(conn: Connection) -> tuple[UUID, UUID]:
     return make_workspace(conn, "A"), make_workspace(conn, "B")
 
 
-def test_counts_follow_every_transition_across_the_watermark(conn, two_workspaces, now):
+def test_counts_follow_every_transition_before_and_after_a_merge(conn, two_workspaces, now):
     a, b = two_workspaces
     due = seed(conn, a, 12, now - timedelta(seconds=1))
     seed(conn, a, 5, now + timedelta(days=3), action_type="webhook")
     seed(conn, b, 4, now - timedelta(seconds=1))
-    check(conn, a, b)  # nothing rolled up yet: everything is live
+    check(conn, a, b)
 
     claim_and_finish(conn, due[:3], "published")
     claim_and_finish(conn, due[3:5], "failed")
     store.claim(conn, "log", due[5:7], early_tolerance=5)  # left submitted
     check(conn, a, b)
 
-    first = advance(conn)
-    assert first.groups_added == 2  # a's published and failed, now behind the watermark
+    compact(conn)
+    # a's published (one delta: its wave's) and failed (two: a trigger's per row), one row each
+    assert conn.execute(
+        "select count(*) from action_finished_rows where workspace_id = %s", (a,)
+    ).fetchone() == (2,)
     check(conn, a, b)
 
-    # after the watermark: more finish, one is retried for later, one is cancelled
+    # after the merge: more finish, one is retried for later, one is cancelled
     claim_and_finish(conn, due[7:9], "published")
     claim_and_finish(conn, due[9:10], "queued")  # submitted -> queued (a provider retry)
     assert store.cancel(conn, a, due[10]).changed
     check(conn, a, b)
-
-    second = advance(conn)
-    assert second.previous == first.finished_before
-    assert second.finished_before is not None
-    assert first.finished_before is not None
-    assert second.finished_before > first.finished_before
+    compact(conn)
     check(conn, a, b)
 
 
@@ -112,7 +110,7 @@ def test_a_retried_failure_counted_in_the_rollup_is_not_counted_twice(conn, two_
     ids = seed(conn, a, 3, now - timedelta(seconds=1))
     claim_and_finish(conn, ids[:2], "ambiguous")
     claim_and_finish(conn, ids[2:], "stuck")
-    advance(conn)  # the three failures are now in action_finished_rows
+    compact(conn)  # the three failures are one merged row of action_finished_rows each
     assert rollup.needs_person(conn, a) == {"stuck": 1, "ambiguous": 2}
     settings = Settings(database_url="postgresql://unused")
 
@@ -123,12 +121,12 @@ def test_a_retried_failure_counted_in_the_rollup_is_not_counted_twice(conn, two_
     assert counts == {("failed", "log"): 2, ("queued", "log"): 1}
     claim_and_finish(conn, [ids[0]], "published")
     check(conn, a, b)
-    advance(conn)
+    compact(conn)
     check(conn, a, b)
-    # and retried once more after the watermark passed its second failure
+    # and retried once more after a merge counted its second failure
     assert store.retry(conn, a, ids[1], settings).changed
     claim_and_finish(conn, [ids[1]], "stuck")
-    advance(conn)
+    compact(conn)
     assert rollup.needs_person(conn, a) == {"stuck": 2, "ambiguous": 0}
     assert store.retry(conn, a, ids[1], settings).changed
     check(conn, a, b)
@@ -136,51 +134,43 @@ def test_a_retried_failure_counted_in_the_rollup_is_not_counted_twice(conn, two_
     assert final == {("failed", "log"): 1, ("published", "log"): 1, ("queued", "log"): 1}
 
 
-def test_an_open_transaction_holds_the_watermark_behind_its_start(
-    conn, database_url, two_workspaces, now
-):
+def test_a_finish_is_counted_in_its_own_transaction(conn, database_url, two_workspaces, now):
     a, b = two_workspaces
     ids = seed(conn, a, 2, now - timedelta(seconds=1))
     store.claim(conn, "log", ids, early_tolerance=5)
     with connect(database_url) as other, other.transaction():
-        started = other.execute("select now()").fetchone()[0]  # type: ignore[index]
-        other.execute(
-            "update scheduled_actions set status = 'published', finished_at = now() where id = %s",
-            (ids[0],),
-        )
-        # the finalizing transaction is still open when the reconciler advances
-        moved = advance(conn)
-        assert moved.finished_before is not None
-        assert moved.finished_before <= started
-    check(conn, a, b)  # its row, finished at `started`, is counted live, not lost
-    advance(conn)
+        store.finalize(other, [model.published(ids[0], "p")])
+        # not counted until it commits, as the row is not published until then
+        check(conn, a, b)
+        compact(conn)  # a merge meanwhile leaves the open transaction's delta to it
     check(conn, a, b)
+    assert {(c["status"], c["count"]) for c in rollup.counts(conn, a)} >= {("published", 1)}
 
 
-def test_a_retry_waits_for_an_advance_in_progress_and_sees_its_watermark(
-    conn, database_url, two_workspaces, now
-):
+def test_what_finished_is_counted_in_its_ten_minutes(conn, two_workspaces, now):
     a, b = two_workspaces
-    ids = seed(conn, a, 1, now - timedelta(seconds=1))
-    claim_and_finish(conn, ids, "failed")
-    with connect(database_url) as other:
-        other.execute("set lock_timeout = '200ms'")
-        with conn.transaction():
-            conn.execute(rollup._LOCK)  # an advance holding its lock
-            with pytest.raises(psycopg.errors.LockNotAvailable), other.transaction():
-                other.execute(
-                    "update scheduled_actions set status = 'queued', finished_at = null,"
-                    " submitted_at = null where id = %s",
-                    (ids[0],),
-                )
-    check(conn, a, b)
+    ids = seed(conn, a, 5, now - timedelta(seconds=1))
+    claim_and_finish(conn, ids[:3], "published")
+    claim_and_finish(conn, ids[3:4], "failed")
+    assert store.cancel(conn, a, ids[4]).changed
+    compact(conn)
+    found = rollup.finished_between(
+        conn, a, now - timedelta(minutes=10), now + timedelta(minutes=1)
+    )
+    assert {(f["status"], f["error_code"], f["count"]) for f in found} == {
+        ("published", "", 3), ("failed", "rejected", 1), ("cancelled", "", 1)
+    }  # fmt: skip
+    # another workspace's, and an hour before, are not in it
+    assert rollup.finished_between(conn, b, now - timedelta(minutes=10), now) == []
+    earlier = now - timedelta(hours=1)
+    assert rollup.finished_between(conn, a, earlier - timedelta(minutes=30), earlier) == []
 
 
 def test_inserts_and_deletes_of_finished_rows_and_whole_workspaces(conn, two_workspaces, now):
     a, b = two_workspaces
     seed(conn, a, 4, now + timedelta(hours=1))
-    advance(conn)
-    # history inserted already finished, before and after the watermark
+    compact(conn)
+    # history inserted already finished, before and after a merge
     conn.execute(
         "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at,"
         " status, submitted_at, finished_at)"
@@ -190,7 +180,7 @@ def test_inserts_and_deletes_of_finished_rows_and_whole_workspaces(conn, two_wor
         {"ws": a, "at": now - timedelta(days=1)},
     )
     check(conn, a, b)
-    advance(conn)
+    compact(conn)
     conn.execute("delete from scheduled_actions where target_key in ('h-2', 'h2', 't1')")
     check(conn, a, b)
     seed(conn, b, 2, now)
@@ -213,14 +203,14 @@ def test_the_rollup_merges_its_deltas(conn, two_workspaces, now):
     ids = seed(conn, b, 3, now - timedelta(seconds=1))
     assert rows_in("action_type_rows") == 6  # one delta per insert statement and type
     claim_and_finish(conn, ids, "failed")
-    advance(conn)
+    compact(conn)
     assert rows_in("action_type_rows") == 2
     assert rows_in("action_finished_rows") == 1
     for i in ids:
         assert store.retry(conn, b, i, Settings(database_url="postgresql://unused")).changed
     assert rows_in("action_finished_rows") == 4  # -1 for each failure retried
     check(conn, a, b)
-    advance(conn)
+    compact(conn)
     # b's three failures and their three reversals cancel out: no row is left for them
     assert rows_in("action_finished_rows") == 0
     check(conn, a, b)
@@ -231,7 +221,7 @@ def test_the_api_role_sees_only_its_workspace_rollup(conn, two_workspaces, now):
     seed(conn, a, 3, now + timedelta(hours=1))
     ids = seed(conn, b, 2, now - timedelta(seconds=1))
     claim_and_finish(conn, ids, "published")
-    advance(conn)
+    compact(conn)
     with tenant_transaction(conn, a):
         assert conn.execute("select workspace_id, n from action_type_rows").fetchall() == [(a, 3)]
         assert conn.execute("select * from action_finished_rows").fetchall() == []
@@ -264,5 +254,5 @@ def test_rows_there_before_the_migration_are_counted(empty_database_url, tmp_pat
     migrate.migrate(empty_database_url)
     with connect(empty_database_url) as conn:
         check(conn, a)
-        advance(conn)
+        compact(conn)
         check(conn, a)

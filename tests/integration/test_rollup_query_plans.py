@@ -1,4 +1,4 @@
-"""The stats and `tickwork status` read small indexes and the rollup, never every row:
+"""The stats and `tickwork status` read the rollup and ranges of the queue, never every row:
 checked with EXPLAIN on a table with a large backlog and a long history."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tickwork.platform.sql import query
 @pytest.fixture
 def backlog_and_history(conn, workspace, now):
     """100k rows queued for later, 100 due, 50 in flight, 50k finished over 30 days and a
-    few since the watermark."""
+    few since the last merge of the rollup."""
     conn.execute(
         "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
         " select %(ws)s, 'webhook', 't', %(now)s + g * interval '1 second'"
@@ -50,61 +50,50 @@ def backlog_and_history(conn, workspace, now):
         {"ws": workspace, "now": now},
     )
     conn.execute("analyze scheduled_actions")
-    rollup.advance(conn, margin_seconds=0)
+    rollup.compact(conn)
     conn.execute(
         "update scheduled_actions set status = 'cancelled', finished_at = now()"
         " where id in (select id from scheduled_actions where target_key = 't' limit 20)"
     )
-    conn.execute("vacuum analyze scheduled_actions")
-    mark = conn.execute("select finished_before from action_rollup_watermark").fetchone()[0]
-    return {"workspace_id": workspace, "mark": mark}
+    for table in ("scheduled_actions", "action_queue", "action_finished_rows", "action_type_rows"):
+        conn.execute(f"vacuum analyze {table}")
+    return {"workspace_id": workspace}
 
 
 def due_ranges(plan: dict[str, Any]) -> list[str]:
-    """The index conditions of the plan's index scans on scheduled_actions' due indexes."""
+    """The index conditions of the plan's index scans on the queue's due indexes."""
     found = []
-    if plan.get("Index Name") in {
-        "ix_scheduled_actions_due",
-        "ix_scheduled_actions_active_workspace",
-    }:
+    if plan.get("Index Name") in {"ix_action_queue_due", "ix_action_queue_workspace"}:
         found.append(plan.get("Index Cond", ""))
     for child in plan.get("Plans", []):
         found += due_ranges(child)
     return found
 
 
-# The finished rows by finished_at: every workspace's, or one workspace's (the retention
-# walk's index, 0036, which the planner may take when a workspace is named).
-FINISHED_TAIL = {"ix_scheduled_actions_finished", "ix_scheduled_actions_retention"}
-
-
 def assert_no_scan_of_every_row(plan: dict[str, Any], *indexes: str) -> None:
     shown = json.dumps(plan, indent=1)
-    assert "scheduled_actions" not in seq_scans(plan), shown
+    assert not {"scheduled_actions", "action_queue"} & seq_scans(plan), shown
     for name in indexes:
         assert name in index_scans(plan), shown
 
 
 @pytest.mark.parametrize("all_workspaces", [False, True])
-def test_the_counts_read_the_rollup_and_the_finished_tail(
+def test_the_counts_read_the_rollup_and_the_rows_in_flight(
     conn, backlog_and_history, all_workspaces
 ):
     params = backlog_and_history | ({"workspace_id": None} if all_workspaces else {})
     params |= {"claimed_due_within": 60}
-    plan = plan_of(conn, query("rollup_counts"), params)
-    assert_no_scan_of_every_row(plan)
-    assert index_scans(plan) & FINISHED_TAIL, json.dumps(plan, indent=1)
-    # The failures waiting for a person: the finished tail, or its smaller part that only
-    # holds rows failed ambiguous or stuck (the resolver's index).
+    # What finished is the rollup's: no row of scheduled_actions is read for it, and the
+    # failures waiting for a person are its too.
     plan = plan_of(conn, query("rollup_needs_person"), params)
-    assert_no_scan_of_every_row(plan)
-    assert index_scans(plan) & {"ix_scheduled_actions_finished", "ix_scheduled_actions_unresolved"}
-    # The rows in flight: a range of the due time (claimed rows are due by now + skew), along
-    # either due index (Postgres 18 skips through the workspace's one).
+    assert "scheduled_actions" not in json.dumps(plan), json.dumps(plan, indent=1)
+    # The rows in flight: each type's range of the queue by due time (claimed rows are due
+    # by now + skew), each row's status by its key.
     counts = plan_of(conn, query("rollup_counts"), params)
+    assert_no_scan_of_every_row(counts)
     ranges = due_ranges(counts)
     assert ranges, json.dumps(counts, indent=1)
-    assert all("COALESCE" in cond for cond in ranges), json.dumps(counts, indent=1)
+    assert all("due_at <=" in cond for cond in ranges), json.dumps(counts, indent=1)
 
 
 def test_the_counts_are_those_of_a_scan(conn, backlog_and_history):
@@ -122,10 +111,10 @@ def test_the_stats_backlog_and_lag_use_their_indexes(conn, backlog_and_history):
     params = backlog_and_history
     backlog = plan_of(conn, query("stats_backlog"), params)
     assert_no_scan_of_every_row(backlog)
-    # Either index reads only the rows due: each scan is a range of the due time.
+    # Either index of the queue reads only the rows due: each scan is a range of the due time.
     ranges = due_ranges(backlog)
     assert ranges, json.dumps(backlog, indent=1)
-    assert all("COALESCE" in cond for cond in ranges), json.dumps(backlog, indent=1)
+    assert all("due_at <=" in cond for cond in ranges), json.dumps(backlog, indent=1)
     lag = plan_of(conn, query("stats_lag"), params)
     assert_no_scan_of_every_row(lag, "ix_scheduled_actions_calendar")
 
@@ -141,10 +130,9 @@ def test_tickwork_status_uses_indexes(conn, backlog_and_history, all_workspaces)
         "due_within": 60,
     }
     expected = {
-        "status_due": "ix_scheduled_actions_due",
-        "status_next_due": None,  # a due-time range of either due index (below)
+        "status_due": None,  # each type's range of the queue's due index
+        "status_next_due": None,
         "status_lag": "ix_scheduled_actions_calendar",
-        "status_outcomes": FINISHED_TAIL,
         "status_attention": None,  # claimed rows: a due-time range too
     }
     for name, index in expected.items():
@@ -153,9 +141,6 @@ def test_tickwork_status_uses_indexes(conn, backlog_and_history, all_workspaces)
             assert_no_scan_of_every_row(plan)
             ranges = due_ranges(plan)
             assert ranges, json.dumps(plan, indent=1)
-            assert all("COALESCE" in cond for cond in ranges), json.dumps(plan, indent=1)
-        elif isinstance(index, set):
-            assert_no_scan_of_every_row(plan)
-            assert index_scans(plan) & index, json.dumps(plan, indent=1)
+            assert all("due_at" in cond for cond in ranges), json.dumps(plan, indent=1)
         else:
             assert_no_scan_of_every_row(plan, index)

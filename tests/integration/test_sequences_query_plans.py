@@ -101,5 +101,6 @@ def test_exits_changes_and_the_forecast_use_their_indexes(conn, workspace, now, 
         query("forecast"),
         {"workspace_id": workspace, "now": now, "until": now + timedelta(hours=2)},
     )
-    assert "ix_scheduled_actions_calendar" in index_scans(plan), json.dumps(plan, indent=1)
-    assert "scheduled_actions" not in seq_scans(plan)
+    # the workspace's range of the queue up to the forecast's end, each row by its key
+    assert "ix_action_queue_workspace" in index_scans(plan), json.dumps(plan, indent=1)
+    assert not {"scheduled_actions", "action_queue"} & seq_scans(plan), json.dumps(plan)

@@ -15,7 +15,7 @@ from tickwork.actions.model import Action, NewAction
 from tickwork.platform.config import Settings
 from tickwork.platform.db import Connection, connect
 from tickwork.platform.errors import ConflictError
-from tickwork.platform.queues.enqueue import mark_due
+from tickwork.platform.queues.enqueue import finish_pass, take_due
 
 STATES = ("queued", "submitted", "published", "failed", "cancelled")
 
@@ -432,8 +432,9 @@ def test_due_rows_are_ordered_by_time_then_id(conn, workspace, now):
     ]
     # When the tick takes them in small batches
     taken: list[UUID] = []
-    while batch := mark_due(conn, now, batch_size=7, action_types=["webhook"]):
-        taken.extend(row.id for row in batch)
+    while (batch := take_due(conn, "webhook", now, batch_size=7)) and batch.rows:
+        finish_pass(conn, batch, set())
+        taken.extend(row.id for row in batch.rows)
     # Then they come in (publish_at, id) order, each exactly once
     assert taken == expected
 
@@ -453,22 +454,24 @@ def test_every_write_of_a_row_stamps_updated_at(conn, workspace, settings, now):
         assert stamp > before
         return stamp
 
-    # When the tick marks it, a dispatcher claims it and the provider's outcome is written
-    # (the hot path's writes, which stamp it themselves), and a person retries it
-    # and then edits it (updates that leave the stamp to the trigger)
-    def mark() -> None:
-        assert [row.id for row in mark_due(conn, now, 10, ["webhook"])] == [action.id]
+    # When the tick hands it to its queue (a pass writes no row: the stamp stays), a
+    # dispatcher claims it and the provider's outcome is written, and a person retries it
+    # and then cancels it (each statement stamps the row itself: no trigger does)
+    created = fetch(conn, action.id).updated_at
 
-    marked = stamped_after(mark)
+    def handed() -> None:
+        taken = take_due(conn, "webhook", now, 10)
+        assert taken is not None
+        assert [row.id for row in taken.rows] == [action.id]
+        finish_pass(conn, taken, set())
+
+    handed()
+    assert fetch(conn, action.id).updated_at == created
     claimed = stamped_after(lambda: store.claim(conn, "webhook", [action.id]))
     failed = stamped_after(
         lambda: store.finalize(conn, [model.failed(action.id, "provider_rejected", "no")])
     )
     retried = stamped_after(lambda: store.retry(conn, workspace, action.id, settings))
-    edited = stamped_after(
-        lambda: conn.execute(
-            "update scheduled_actions set target_key = 'other' where id = %s", (action.id,)
-        )
-    )
+    edited = stamped_after(lambda: store.cancel(conn, workspace, action.id))
     # Then each write moved updated_at forward
-    assert marked < claimed < failed < retried < edited
+    assert created < claimed < failed < retried < edited

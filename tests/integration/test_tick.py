@@ -8,7 +8,7 @@ from datetime import timedelta
 from uuid import UUID
 
 from tests.conftest import make_workspace
-from tests.engine import RecordingQueues, row, seed, statuses
+from tests.engine import RecordingQueues, in_queue, row, seed, statuses
 from tickwork.engine.tick import run_tick
 from tickwork.platform.config import ActionTypeConfig, Settings
 from tickwork.platform.db import connect
@@ -33,8 +33,8 @@ def test_due_rows_are_enqueued_with_whole_second_delays(conn, workspace, setting
     delays = {i: m.delay_seconds for m in queues.sent["log"] for i in m.action_ids}
     assert delays == {due_now: 0, soon: 30}
     assert summary.enqueued == {"log": 2}
-    assert row(conn, later)["enqueued_at"] is None
-    assert row(conn, soon)["enqueued_at"] is not None
+    assert not in_queue(conn, later)
+    assert in_queue(conn, soon)
     assert row(conn, soon)["status"] == "queued"
 
 
@@ -77,6 +77,7 @@ def test_per_type_kill_switch_holds_only_that_type(conn, workspace, settings, no
 
 def test_zombies_become_failed_stuck_and_are_not_sent_again(conn, workspace, settings, now):
     [zombie, fresh] = seed(conn, workspace, 2, now - timedelta(hours=1))
+    run_tick(conn, RecordingQueues(), settings)  # handed to their queue, then claimed:
     conn.execute(
         "update scheduled_actions set status = 'submitted', attempt_count = 1,"
         " enqueued_at = now() - interval '21 minutes',"
@@ -112,19 +113,37 @@ def test_rows_later_than_their_max_lateness_expire(conn, workspace, settings, no
 def test_a_lost_message_is_enqueued_again_after_the_redelivery_timeout(
     conn, workspace, settings, now
 ):
+    # Given two rows long overdue, one handed to its queue 20 minutes ago by a producer, and
+    # two sent by the tick's pass: one 20 minutes ago, one a minute ago
     [lost, recent] = seed(conn, workspace, 2, now - timedelta(minutes=30))
+    [passed_long_ago] = seed(conn, workspace, 1, now - timedelta(minutes=29))
+    [passed_lately] = seed(conn, workspace, 1, now - timedelta(minutes=28))
     conn.execute(
-        "update scheduled_actions set enqueued_at = now() - interval '20 minutes' where id = %s",
+        "update action_queue set enqueued_at = now() - interval '20 minutes' where id = %s",
         (lost,),
     )
     conn.execute(
-        "update scheduled_actions set enqueued_at = now() - interval '1 minute' where id = %s",
+        "update action_queue set enqueued_at = now() - interval '1 minute' where id = %s",
         (recent,),
     )
+    run_tick(conn, RecordingQueues(), settings)
+    # (one pass reached both: made two, the first 20 minutes ago)
+    conn.execute("delete from tick_passes")
+    for action_id, ago in ((passed_long_ago, "20 minutes"), (passed_lately, "1 minute")):
+        conn.execute(
+            "insert into tick_passes (action_type, upto_due, upto_id, passed_at)"
+            " select action_type, due_at, id, now() - %s::interval from action_queue"
+            " where id = %s",
+            (ago, action_id),
+        )
     queues = RecordingQueues()
+    # When the tick runs again
     summary = run_tick(conn, queues, settings)  # redelivery timeout 900 s
-    assert summary.redelivered == 1
-    assert queues.ids() == [lost]
+    # Then only the rows whose message is older than the timeout are sent again
+    assert summary.redelivered == 2
+    assert sorted(queues.ids()) == sorted([lost, passed_long_ago])
+    assert in_queue(conn, lost)
+    assert in_queue(conn, passed_lately)
 
 
 def test_rows_whose_send_failed_are_unmarked_for_the_next_pass(conn, workspace, settings, now):
@@ -135,8 +154,8 @@ def test_rows_whose_send_failed_are_unmarked_for_the_next_pass(conn, workspace, 
     summary = run_tick(conn, queues, settings)
     assert summary.send_failures == 2
     assert summary.due == 5
-    assert row(conn, ids[1])["enqueued_at"] is None
-    assert row(conn, ids[0])["enqueued_at"] is not None
+    assert not in_queue(conn, ids[1])
+    assert in_queue(conn, ids[0])
     queues.refuse = set()
     assert run_tick(conn, queues, settings).enqueued == {"log": 2}
     assert sorted(queues.ids()) == sorted(ids)
@@ -158,7 +177,7 @@ def test_rows_due_together_share_messages_and_a_failed_one_unmarks_its_rows(
     assert sorted([len(m.action_ids) for m in queues.sent["log"]] + [len(refused)]) == [5, 10, 10]
     assert summary.send_failures == len(refused)
     assert summary.enqueued == {"log": 25 - len(refused)}
-    assert {i: row(conn, i)["enqueued_at"] is None for i in ids} == {i: i in refused for i in ids}
+    assert {i: not in_queue(conn, i) for i in ids} == {i: i in refused for i in ids}
     # And the next tick sends them, due together as before
     queues.refuse = set()
     assert run_tick(conn, queues, tens).enqueued == {"log": len(refused)}

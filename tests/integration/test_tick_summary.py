@@ -31,10 +31,15 @@ def test_each_row_the_tick_touched_has_an_entry_with_its_outcome(conn, workspace
         (zombie,),
     )
     [stale] = seed(conn, workspace, 1, now - timedelta(minutes=5))
-    [lost] = seed(conn, workspace, 1, now - timedelta(seconds=50), action_type="webhook")
+    [lost] = seed(conn, workspace, 1, now - timedelta(minutes=21), action_type="webhook")
+    # (the tick's pass that reached it was 20 minutes ago)
     conn.execute(
-        "update scheduled_actions set enqueued_at = now() - interval '20 minutes' where id = %s",
-        (lost,),
+        "with passed as (insert into tick_watermarks (action_type, due_at, id)"
+        "                select action_type, due_at, id from action_queue where id = %(id)s"
+        "                returning action_type, due_at, id)"
+        " insert into tick_passes (action_type, upto_due, upto_id, passed_at)"
+        " select action_type, due_at, id, now() - interval '20 minutes' from passed",
+        {"id": lost},
     )
     [refused] = seed(conn, workspace, 1, now - timedelta(seconds=20))
     [sent] = seed(conn, workspace, 1, now + timedelta(seconds=30), action_type="webhook")

@@ -20,7 +20,7 @@ def test_an_empty_query_is_refused():
 
 
 def test_the_shipped_queries_load():
-    assert {"claim_actions", "finalize_actions", "mark_due_enqueued"} <= sql.names()
+    assert {"claim_actions", "finalize_actions", "due_after_watermark"} <= sql.names()
     with pytest.raises(KeyError):
         sql.query("no_such_query")
 

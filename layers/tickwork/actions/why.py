@@ -80,6 +80,10 @@ class Facts:
     origin: dict[str, Any]  # what made it: rule, drip step (ids), where there is one
     changes: list[Change]  # its change log, and the reschedule that made it, oldest first
     attempts: list[AttemptRow]  # its provider calls that did not publish it at once
+    # A row not finished: whether it was handed to its queue, and when (by a producer or a
+    # dispatcher, or by the tick's pass that reached it; unknown after a day).
+    handed: bool = False
+    handed_at: datetime | None = None
 
 
 def read(conn: Connection, workspace_id: UUID, action_id: UUID) -> Facts | None:
@@ -94,6 +98,10 @@ def read(conn: Connection, workspace_id: UUID, action_id: UUID) -> Facts | None:
         origin=_origin(row),
         changes=_CHANGES.validate_python(row["changes"]),
         attempts=_ATTEMPTS.validate_python(row["attempts"]),
+        handed=row["queue_enqueued_at"] is not None
+        or bool(row["queue_passed"] and not row["queue_unsent"]),
+        handed_at=row["queue_enqueued_at"]
+        or (row["queue_passed_at"] if not row["queue_unsent"] else None),
     )
 
 
@@ -470,17 +478,16 @@ def _why_again(c: _Context) -> Step | None:
 def _waiting(c: _Context) -> list[Step]:
     """Where a queued row waits: for its time, for the tick, or on its queue."""
     a, words, s = c.action, c.words, c.settings
+    handed, handed_at = c.facts.handed, c.facts.handed_at
     due = a.due_at
     if due > words.now:
         text = f"Due at {words.when(due)}, in {words.until(due)}."
-        if a.enqueued_at is not None:
-            text += (
-                f" Its message has been on the {a.action_type} queue since"
-                f" {words.when(a.enqueued_at)}, delayed until then."
-            )
-        return [Step("due_later", due, text, {"due_at": due, "enqueued_at": a.enqueued_at})]
+        if handed:
+            since = f" since {words.when(handed_at)}" if handed_at is not None else ""
+            text += f" Its message is on the {a.action_type} queue{since}, delayed until then."
+        return [Step("due_later", due, text, {"due_at": due, "enqueued_at": handed_at})]
     steps = []
-    if a.enqueued_at is None:
+    if not handed:
         steps.append(
             Step(
                 "waiting_for_tick",
@@ -490,14 +497,20 @@ def _waiting(c: _Context) -> list[Step]:
             )
         )
     else:
-        text = (
-            f"Due since {words.when(due)}; in the {a.action_type} queue since"
-            f" {words.when(a.enqueued_at)}, waiting for a dispatcher to claim it."
+        since = (
+            f"since {words.when(handed_at)}"
+            if handed_at is not None
+            else "(the tick handed it over before it was due)"
         )
-        if (words.now - a.enqueued_at).total_seconds() > s.redelivery_timeout_seconds:
+        text = (
+            f"Due since {words.when(due)}; in the {a.action_type} queue {since},"
+            " waiting for a dispatcher to claim it."
+        )
+        waited = words.now - (handed_at or due)
+        if waited.total_seconds() > s.redelivery_timeout_seconds:
             text += " Its message is overdue: the next tick sends it again."
         steps.append(
-            Step("in_queue", a.enqueued_at, text, {"due_at": due, "enqueued_at": a.enqueued_at})
+            Step("in_queue", handed_at or due, text, {"due_at": due, "enqueued_at": handed_at})
         )
     type_config = s.action_type(a.action_type)
     lateness = type_config.max_lateness if type_config is not None else None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -23,7 +23,6 @@ _DUE = query("status_due")
 DUE_CAP = 10_000
 _NEXT_DUE = query("status_next_due")
 _LAG = query("status_lag")
-_OUTCOMES = query("status_outcomes")
 _ATTENTION = query("status_attention")
 
 
@@ -150,9 +149,13 @@ def gather(
         ]
         lag_rows = cur.execute(_LAG, params).fetchall()
         outcomes = [
-            {**row, "error_code": row["error_code"] or None}
-            for row in cur.execute(_OUTCOMES, params).fetchall()
-        ]
+            {"action_type": row["action_type"], "status": row["status"],
+             "error_code": row["error_code"] or None, "count": row["count"]}
+            for row in rollup.finished_between(
+                conn, workspace_id, now - timedelta(seconds=window_seconds), now
+            )
+            if row["status"] in ("published", "failed")
+        ]  # fmt: skip
         attention = rollup.needs_person(conn, workspace_id) | dict(
             cur.execute(_ATTENTION, params).fetchone() or {}
         )

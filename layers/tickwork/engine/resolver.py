@@ -356,7 +356,7 @@ def _pages(
         if not rows:
             return
         yield [(action_from_row(row), float(row["age_seconds"])) for row in rows]
-        after_at, after_id = rows[-1]["finished_at"], rows[-1]["id"]
+        after_at, after_id = rows[-1]["attempt_started_at"], rows[-1]["id"]
 
 
 def resolve_unsettled(

@@ -3,7 +3,7 @@ the hot tables, archived first, in bounded batches.
 
 Each batch:
 1. reads (one short read-committed transaction, no lock) up to `retention_batch_size` of a
-   workspace's oldest finished rows past the cutoff that nothing live refers to, with their
+   workspace's finished rows past the cutoff, in due order, that nothing live refers to, with their
    attempts, change-log entries, rule results, drip-step links, digests and digest items,
    each as Postgres writes it as JSON;
 2. writes them as gzip JSON Lines, one object per kind, workspace, day (of `finished_at`,

@@ -1,5 +1,5 @@
-"""The stats rollup (every minute): its watermark moves up to what has finished, adding
-those rows to the per-day counts `/v1/stats` reads (tickwork.rollup).
+"""The stats rollup (every minute): merges the deltas that the triggers and the finishes
+append into the counts `/v1/stats` reads (tickwork.rollup).
 
 Its own Lambda, apart from the reconciler and the drip advance: a failure here does not
 hold up either of them, nor theirs the rollup.
@@ -19,10 +19,10 @@ from tickwork.runtime import Runtime
 
 def handle_rollup(context: LambdaContext, runtime: Runtime) -> dict[str, Any]:
     started = time.monotonic()
-    rolled = rollup.advance(runtime.db.connection())
+    rolled = rollup.compact(runtime.db.connection())
     elapsed = time.monotonic() - started
     # RollupElapsed's sample count is what the "not running" alarm watches.
-    emit({"RollupGroups": rolled.groups_added}, seconds={"RollupElapsed": elapsed})
+    emit({"RollupGroups": rolled.finished_groups}, seconds={"RollupElapsed": elapsed})
     summary = rolled.as_dict() | {"elapsed_seconds": round(elapsed, 3)}
     logger.info("rollup", extra=summary)
     return summary

@@ -1,15 +1,13 @@
 """The tick: recovers zombies, expires stale rows, and hands due rows to their queues.
 
-It drains rather than sips: it marks due rows enqueued in batches (FOR UPDATE SKIP LOCKED,
-so concurrent ticks take disjoint rows), each pass starting after the last row the pass
-before it marked (a keyset cursor along the due index), sends them with the whole seconds
-until they are due as the message delay, and loops until nothing is due within the
-look-ahead or its time budget is spent. A pass marks and sends inside one transaction: the
-mark commits only after its messages were handed to the queue, so a tick that dies between
-the two leaves its rows unmarked (the rollback), and the worst a crash can cost is a
-duplicate message, which the dispatcher's conditional claim absorbs. A row whose send
-failed is un-marked before the commit; a row whose message was lost later is found again
-after the redelivery timeout.
+It drains rather than sips: for each action type in turn it takes the next batch of rows
+due within the look-ahead after the type's watermark (and any behind it that no queue has),
+sends them with the whole seconds until they are due as the message delay, and moves the
+watermark past them, in passes, until nothing is due within the look-ahead or its time
+budget is spent. A pass locks its type's watermark (a concurrent tick skips the type) and
+writes nothing per row: a tick that dies before its commit leaves the watermark where it
+was, and the worst it can cost is a duplicate message, which the dispatcher's conditional
+claim absorbs. A row whose message was lost is found again after the redelivery timeout.
 
 Each run's summary names what it did to which rows (id, type, outcome), up to
 `tick_summary_items` entries and a count of those left out, as one JSON log line.
@@ -31,11 +29,14 @@ from tickwork.platform.config import Settings
 from tickwork.platform.db import Connection
 from tickwork.platform.observability import emit, logger, run_budget
 from tickwork.platform.queues.enqueue import (
-    CURSOR_START,
+    PRODUCER_MARGIN_SECONDS,
+    DueRow,
+    Pass,
     active_action_types,
-    mark_due,
+    finish_pass,
     marking,
     send_rows,
+    take_due,
 )
 from tickwork.platform.queues.port import QueuePort
 from tickwork.platform.sql import query
@@ -43,6 +44,7 @@ from tickwork.platform.wallclock import utcnow
 from tickwork.runtime import Runtime
 
 _RELEASE_LOST = query("release_lost_messages")
+_FORGET_OLD_PASSES = query("forget_old_passes")
 _RELEASE_ALL = query("release_all_enqueued")
 _RECOVER_STUCK = query("recover_stuck")
 _EXPIRE_LATE = query("expire_late")
@@ -82,6 +84,21 @@ class TickSummary:
         )
         self.items_omitted += max(len(rows) - max(room, 0), 0)
 
+    def note_pass(self, rows: Sequence[DueRow], refused: set[UUID]) -> None:
+        """A pass's rows, enqueued or refused by the queue. Past the bound the enqueued ones
+        are only counted: a burst's pass of thousands builds a handful of entries."""
+        failed = [(r.id, r.action_type) for r in rows if r.id in refused] if refused else []
+        self.note(failed, "send_failed")
+        room = max(self.max_items - len(self.items), 0)
+        kept: list[RowRef] = []
+        for row in rows:
+            if len(kept) >= room:
+                break
+            if row.id not in refused:
+                kept.append((row.id, row.action_type))
+        self.items.extend({"id": str(i), "type": t, "outcome": "enqueued"} for i, t in kept)
+        self.items_omitted += len(rows) - len(failed) - len(kept)
+
     @property
     def due(self) -> int:
         """Rows found due: those enqueued plus those whose send failed."""
@@ -110,10 +127,12 @@ def recover_stuck(conn: Connection, settings: Settings) -> int:
 
 
 def recover_stuck_rows(conn: Connection, settings: Settings) -> list[RowRef]:
+    # Every configured type, paused ones too: a row claimed before a pause can be stuck.
     rows = conn.execute(
         _RECOVER_STUCK,
         {"stuck_timeout": settings.stuck_timeout_seconds,
-         "due_within": settings.in_flight_due_within()},
+         "due_within": settings.in_flight_due_within(),
+         "action_types": list(settings.action_types)},
     ).fetchall()  # fmt: skip
     return [(row[0], row[1]) for row in rows]
 
@@ -147,22 +166,23 @@ def release_lost(conn: Connection, settings: Settings) -> int:
 
 
 def release_lost_rows(conn: Connection, settings: Settings) -> list[RowRef]:
+    """Rows whose message must have been lost, unsent for this run's passes."""
+    conn.execute(_FORGET_OLD_PASSES)
+    # A row is handed to its queue at most the producers' horizon before it is due.
+    due_within = settings.in_flight_due_within() + PRODUCER_MARGIN_SECONDS
     rows = conn.execute(
         _RELEASE_LOST,
-        {"redelivery_timeout": settings.redelivery_timeout_seconds,
-         "due_within": settings.in_flight_due_within()},
+        {"redelivery_timeout": settings.redelivery_timeout_seconds, "due_within": due_within,
+         "action_types": list(settings.action_types)},
     ).fetchall()  # fmt: skip
     return [(row[0], row[1]) for row in rows]
 
 
 def release_enqueued(conn: Connection, settings: Settings) -> int:
-    """Every queued row marked enqueued goes back to the tick: for a runtime whose queue
-    starts empty (the local one), the messages of its previous run are gone."""
-    rows = conn.execute(
-        _RELEASE_ALL,
-        {"action_types": list(settings.action_types),
-         "due_within": settings.in_flight_due_within()},
-    ).fetchall()  # fmt: skip
+    """Every row handed to a queue goes back to the tick: for a runtime whose queue starts
+    empty (the local one), the messages of its previous run are gone. Returns how many rows
+    counted as handed to a queue by a producer (the tick's passes start over anyway)."""
+    rows = conn.execute(_RELEASE_ALL, {"action_types": list(settings.action_types)}).fetchall()
     return len(rows)
 
 
@@ -209,31 +229,50 @@ def run_tick(
     summary.note(redelivered, "redelivered")
     summary.events = pump_events(conn, deadline)
     lookahead = timedelta(seconds=settings.lookahead_seconds)
-    # Rows behind the cursor that become due meanwhile (a backoff, a late creation) were
-    # handed to their queue by enqueue_soon, or are the next run's first pass.
-    after = CURSOR_START
-    while time.monotonic() < deadline:
-        now = clock()
-        # The row locks of the mark are held until the messages are sent: a dispatcher
-        # receiving one meanwhile waits for the commit, a concurrent tick skips the rows.
-        with marking(conn):
-            rows = mark_due(conn, now + lookahead, settings.tick_batch_size, action_types, after)
-            if not rows:
+    # The types take turns, a pass each, so one type's burst does not hold back another's
+    # rows; a type leaves the turns when it has nothing more due (or another tick has it).
+    pending = list(action_types)
+    while pending and time.monotonic() < deadline:
+        for action_type in list(pending):
+            if time.monotonic() >= deadline:
                 break
-            sent, failed = send_rows(conn, queues, rows, now, settings)
-        after = (rows[-1].due_at, rows[-1].id)
-        summary.passes += 1
-        for action_type, count in sent.items():
-            summary.enqueued[action_type] = summary.enqueued.get(action_type, 0) + count
-        refused = set(failed)
-        summary.note([(r.id, r.action_type) for r in rows if r.id in refused], "send_failed")
-        summary.note([(r.id, r.action_type) for r in rows if r.id not in refused], "enqueued")
-        if failed:
-            # The queue is refusing: leave the rest for the next tick rather than spin.
-            summary.send_failures += len(failed)
-            break
+            outcome = run_pass(conn, queues, settings, action_type, clock(), lookahead)
+            if outcome is None:
+                pending.remove(action_type)
+                continue
+            taken, sent, failed = outcome
+            summary.passes += 1
+            for name, count in sent.items():
+                summary.enqueued[name] = summary.enqueued.get(name, 0) + count
+            summary.note_pass(taken.rows, set(failed))
+            if failed:
+                # The queue is refusing: leave the rest for the next tick rather than spin.
+                summary.send_failures += len(failed)
+                pending = []
+                break
+            if max(len(taken.after), len(taken.unsent)) < settings.tick_batch_size:
+                pending.remove(action_type)
     summary.elapsed_seconds = time.monotonic() - started
     return summary
+
+
+def run_pass(
+    conn: Connection,
+    queues: QueuePort,
+    settings: Settings,
+    action_type: str,
+    now: datetime,
+    lookahead: timedelta,
+) -> tuple[Pass, dict[str, int], list[UUID]] | None:
+    """One pass of one type: its next rows taken, sent, and its watermark moved, in one
+    transaction. None when there was nothing to send (or another tick holds the type)."""
+    with marking(conn):
+        taken = take_due(conn, action_type, now + lookahead, settings.tick_batch_size)
+        if taken is None or not taken.rows:
+            return None
+        sent, failed = send_rows(conn, queues, taken.rows, now, settings)
+        finish_pass(conn, taken, set(failed))
+    return taken, sent, failed
 
 
 def emit_metrics(summary: TickSummary) -> None:

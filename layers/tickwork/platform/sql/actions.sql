@@ -29,7 +29,7 @@ where id = %(id)s and workspace_id = %(workspace_id)s
 -- cancel leaves them as they are).
 with changed as (
     update scheduled_actions
-    set status = 'cancelled', finished_at = now(),
+    set updated_at = now(), status = 'cancelled', finished_at = now(),
         error_code = coalesce(%(reason)s, error_code),
         last_error = coalesce(%(message)s, last_error)
     where id = %(id)s and workspace_id = %(workspace_id)s and status = 'queued'
@@ -45,7 +45,7 @@ where a.id = %(id)s and a.workspace_id = %(workspace_id)s
 -- failed -> queued, same row, bounded by manual_retries. Due at once: next_attempt_at = now().
 with changed as (
     update scheduled_actions
-    set status = 'queued', manual_retries = manual_retries + 1, error_code = null,
+    set updated_at = now(), status = 'queued', manual_retries = manual_retries + 1, error_code = null,
         last_error = null, next_attempt_at = now(), enqueued_at = null, submitted_at = null,
         finished_at = null, provider_id = null
     where id = %(id)s and workspace_id = %(workspace_id)s and status = 'failed'
@@ -192,7 +192,35 @@ with finalized as (
       and f.status in ('published', 'failed', 'queued')
     returning a.id, a.status, a.workspace_id, a.action_type, a.finished_at, a.error_code,
               a.attempt_count, a.provider_id, a.source, a.routed_attempt,
-              a.routed_connection_id
+              a.routed_connection_id, a.connection_id
+), published as (
+    -- What a published row leaves behind (migration 0039), set-based for the wave: its queue
+    -- entry, its count (in the totals and in the ten minutes it finished in), and the
+    -- message id its provider gave it
+    -- when it went through a connection (its status callbacks name it). Another finish is
+    -- a row trigger's (tickwork_action_finished): none fires for these.
+    select workspace_id, id, action_type, provider_id, connection_id
+    from finalized where status = 'published'
+), dequeued as (
+    delete from action_queue q using published p
+    where q.id = p.id and q.workspace_id = p.workspace_id
+), counted as (
+    insert into action_finished_rows (workspace_id, action_type, status, error_code, n)
+    select workspace_id, action_type, 'published', '', count(*)
+    from published
+    group by workspace_id, action_type
+), windowed as (
+    insert into action_finished_windows (workspace_id, action_type, status, error_code,
+                                         bucket, n)
+    select workspace_id, action_type, 'published', '', tickwork_finish_bucket(now()), count(*)
+    from published
+    group by workspace_id, action_type
+), messages as (
+    insert into provider_messages (connection_id, message_id, workspace_id, action_id)
+    select connection_id, provider_id, workspace_id, id
+    from published
+    where connection_id is not null and provider_id is not null
+    on conflict do nothing
 ), outcome_events as (
     -- Outcome events (migration 0026): the outcomes of rows whose workspace has an active
     -- endpoint go to the outbox, one insert for the wave; none for other workspaces.
@@ -261,7 +289,7 @@ with finalized as (
 select id, status from finalized
 
 -- name: explain_action
--- Everything GET /v1/actions/{id}/why reads, in one round trip: the row, what made it (the
+-- Everything GET /v1/actions/{id}/why reads, in one round trip: the row, its queue entry, what made it (the
 -- rule or the drip step, from the producers' ledgers), its change log with the entry of the
 -- predecessor that a reschedule replaced by it, and its provider calls from the delivery
 -- ledger (sanitized columns only). Each list is read through its table's index on the
@@ -302,8 +330,16 @@ select a.*,
                   order by t.attempt)
            from action_attempts t
            where t.action_id = a.id and t.workspace_id = a.workspace_id
-       ), '[]'::jsonb) as attempts
+       ), '[]'::jsonb) as attempts,
+       -- Where a row not finished waits (migration 0039): handed to its queue by a
+       -- producer or a dispatcher (enqueued_at), or by the tick's pass (its watermark is
+       -- past the row and the row is not unsent, since the first pass that reached it);
+       -- null for a finished row.
+       q.enqueued_at as queue_enqueued_at, q.unsent as queue_unsent,
+       tickwork_behind_watermark(q.action_type, q.due_at, q.id) as queue_passed,
+       tickwork_passed_at(q.action_type, q.due_at, q.id) as queue_passed_at
 from scheduled_actions a
+left join action_queue q on q.id = a.id and q.workspace_id = a.workspace_id
 left join rule_actions ra on ra.action_id = a.id and ra.workspace_id = a.workspace_id
 left join enrollment_actions ea on ea.action_id = a.id and ea.workspace_id = a.workspace_id
 left join enrollments e on e.id = ea.enrollment_id and e.workspace_id = a.workspace_id
@@ -334,7 +370,7 @@ with picked as (
     select id, publish_at from picked order by publish_at, id limit %(limit)s
 ), changed as (
     update scheduled_actions a
-    set status = 'cancelled', finished_at = now()
+    set updated_at = now(), status = 'cancelled', finished_at = now()
     from batch b
     where a.id = b.id and a.workspace_id = %(workspace_id)s and a.status = 'queued'
     returning a.id
@@ -391,7 +427,7 @@ with picked as (
     from (select * from picked order by publish_at, id limit %(limit)s) p
 ), changed as (
     update scheduled_actions a
-    set status = 'queued', manual_retries = manual_retries + 1, error_code = null,
+    set updated_at = now(), status = 'queued', manual_retries = manual_retries + 1, error_code = null,
         last_error = null, next_attempt_at = now(), enqueued_at = null, submitted_at = null,
         finished_at = null, provider_id = null
     from batch b
@@ -412,28 +448,29 @@ select (select count(*) from batch)::int as matched,
        array(select id from changed) as ids
 
 -- name: bulk_cancel_by_tag
--- queued -> cancelled for at most `limit` pending rows carrying a tag, along the partial GIN
--- index of unfinished tagged rows (ix_scheduled_actions_pending_tags: its predicate is
--- repeated here so the planner may use it). No order and no cursor: a cancelled row leaves
--- the pending set, so the next batch takes what is left. SKIP LOCKED steps over rows a tick
--- or dispatcher holds this instant (their claim wins; a later batch sees them gone or
--- still queued). The update names the status it expects, as cancel_action does; the cancel
--- trigger writes each row's change log with the caller as actor.
+-- queued -> cancelled for at most `limit` pending rows carrying a tag, along the queue's GIN
+-- index of tagged rows not finished (ix_action_queue_tags: its predicate is repeated here so
+-- the planner may use it), each row by its primary key. No order and no cursor: a
+-- cancelled row leaves the queue, so the next batch takes what is left. SKIP LOCKED steps
+-- over rows a dispatcher holds this instant (its claim wins; a later batch sees them gone
+-- or still queued). The update names the status it expects, as cancel_action does; the
+-- cancel trigger writes each row's change log with the caller as actor.
 with picked as (
-    select id
-    from scheduled_actions
-    where tags @> array[%(tag)s::text] and cardinality(tags) > 0 and finished_at is null
-      and status = 'queued'
-      and workspace_id = %(workspace_id)s
-      and (%(action_type)s::text is null or action_type = %(action_type)s)
-      and (%(target_key)s::text is null or target_key = %(target_key)s)
-      and (%(thing_id)s::text is null or thing_id = %(thing_id)s)
-      and publish_at >= %(due_from)s::timestamptz and publish_at < %(due_to)s::timestamptz
+    select a.id
+    from action_queue q
+    join scheduled_actions a on a.id = q.id and a.workspace_id = q.workspace_id
+    where q.tags @> array[%(tag)s::text] and cardinality(q.tags) > 0
+      and q.workspace_id = %(workspace_id)s
+      and a.status = 'queued'
+      and (%(action_type)s::text is null or a.action_type = %(action_type)s)
+      and (%(target_key)s::text is null or a.target_key = %(target_key)s)
+      and (%(thing_id)s::text is null or a.thing_id = %(thing_id)s)
+      and a.publish_at >= %(due_from)s::timestamptz and a.publish_at < %(due_to)s::timestamptz
     limit %(limit)s
-    for update skip locked
+    for update of a skip locked
 ), changed as (
     update scheduled_actions a
-    set status = 'cancelled', finished_at = now()
+    set status = 'cancelled', finished_at = now(), updated_at = now()
     from picked p
     where a.id = p.id and a.workspace_id = %(workspace_id)s and a.status = 'queued'
     returning a.id
@@ -441,21 +478,22 @@ with picked as (
 select (select count(*) from picked)::int as matched, array(select id from changed) as ids
 
 -- name: bulk_cancel_by_recipient
--- The same for a recipient's pending rows, along ix_scheduled_actions_pending_recipient.
+-- The same for a recipient's pending rows, along ix_action_queue_recipient.
 with picked as (
-    select id
-    from scheduled_actions
-    where workspace_id = %(workspace_id)s and recipient_id = %(recipient_id)s
-      and finished_at is null and status = 'queued'
-      and (%(action_type)s::text is null or action_type = %(action_type)s)
-      and (%(target_key)s::text is null or target_key = %(target_key)s)
-      and (%(thing_id)s::text is null or thing_id = %(thing_id)s)
-      and publish_at >= %(due_from)s::timestamptz and publish_at < %(due_to)s::timestamptz
+    select a.id
+    from action_queue q
+    join scheduled_actions a on a.id = q.id and a.workspace_id = q.workspace_id
+    where q.workspace_id = %(workspace_id)s and q.recipient_id = %(recipient_id)s
+      and a.status = 'queued'
+      and (%(action_type)s::text is null or a.action_type = %(action_type)s)
+      and (%(target_key)s::text is null or a.target_key = %(target_key)s)
+      and (%(thing_id)s::text is null or a.thing_id = %(thing_id)s)
+      and a.publish_at >= %(due_from)s::timestamptz and a.publish_at < %(due_to)s::timestamptz
     limit %(limit)s
-    for update skip locked
+    for update of a skip locked
 ), changed as (
     update scheduled_actions a
-    set status = 'cancelled', finished_at = now()
+    set status = 'cancelled', finished_at = now(), updated_at = now()
     from picked p
     where a.id = p.id and a.workspace_id = %(workspace_id)s and a.status = 'queued'
     returning a.id
@@ -480,7 +518,7 @@ with picked as (
     for update of a skip locked
 ), changed as (
     update scheduled_actions a
-    set status = 'cancelled', finished_at = now()
+    set updated_at = now(), status = 'cancelled', finished_at = now()
     from picked p
     where a.id = p.id and a.workspace_id = %(workspace_id)s and a.status = 'queued'
     returning a.id
@@ -490,25 +528,29 @@ select (select count(*) from picked)::int as matched, array(select id from chang
 -- name: pending_of_tag
 -- Whether a pending row with the tag is left (one probe of the same index).
 select exists (
-    select 1 from scheduled_actions
-    where tags @> array[%(tag)s::text] and cardinality(tags) > 0 and finished_at is null
-      and status = 'queued'
-      and workspace_id = %(workspace_id)s
-      and (%(action_type)s::text is null or action_type = %(action_type)s)
-      and (%(target_key)s::text is null or target_key = %(target_key)s)
-      and (%(thing_id)s::text is null or thing_id = %(thing_id)s)
-      and publish_at >= %(due_from)s::timestamptz and publish_at < %(due_to)s::timestamptz
+    select 1
+    from action_queue q
+    join scheduled_actions a on a.id = q.id and a.workspace_id = q.workspace_id
+    where q.tags @> array[%(tag)s::text] and cardinality(q.tags) > 0
+      and q.workspace_id = %(workspace_id)s
+      and a.status = 'queued'
+      and (%(action_type)s::text is null or a.action_type = %(action_type)s)
+      and (%(target_key)s::text is null or a.target_key = %(target_key)s)
+      and (%(thing_id)s::text is null or a.thing_id = %(thing_id)s)
+      and a.publish_at >= %(due_from)s::timestamptz and a.publish_at < %(due_to)s::timestamptz
 )
 
 -- name: pending_of_recipient
 select exists (
-    select 1 from scheduled_actions
-    where workspace_id = %(workspace_id)s and recipient_id = %(recipient_id)s
-      and finished_at is null and status = 'queued'
-      and (%(action_type)s::text is null or action_type = %(action_type)s)
-      and (%(target_key)s::text is null or target_key = %(target_key)s)
-      and (%(thing_id)s::text is null or thing_id = %(thing_id)s)
-      and publish_at >= %(due_from)s::timestamptz and publish_at < %(due_to)s::timestamptz
+    select 1
+    from action_queue q
+    join scheduled_actions a on a.id = q.id and a.workspace_id = q.workspace_id
+    where q.workspace_id = %(workspace_id)s and q.recipient_id = %(recipient_id)s
+      and a.status = 'queued'
+      and (%(action_type)s::text is null or a.action_type = %(action_type)s)
+      and (%(target_key)s::text is null or a.target_key = %(target_key)s)
+      and (%(thing_id)s::text is null or a.thing_id = %(thing_id)s)
+      and a.publish_at >= %(due_from)s::timestamptz and a.publish_at < %(due_to)s::timestamptz
 )
 
 -- name: pending_of_entity

@@ -24,13 +24,14 @@ select set_config('max_parallel_workers_per_gather', '0', true),
        set_config('enable_seqscan', 'off', true)
 
 -- name: stats_backlog
--- Queued rows already due, along the due index (or the workspace's active rows by due
--- time): small unless something is behind.
-select count(*), extract(epoch from now() - min(coalesce(next_attempt_at, publish_at)))::float8
-from scheduled_actions
-where status = 'queued' and finished_at is null
-  and coalesce(next_attempt_at, publish_at) <= now()
-  and workspace_id = %(workspace_id)s
+-- Queued rows already due, along the workspace's range of the queue (rows not finished, by
+-- due time): small unless something is behind.
+select count(*), extract(epoch from now() - min(q.due_at))::float8
+from action_queue q
+join scheduled_actions a on a.id = q.id and a.workspace_id = q.workspace_id
+where q.workspace_id = %(workspace_id)s
+  and q.due_at <= now()
+  and a.status = 'queued'
 
 -- name: stats_lag
 -- How late rows due in the last hour were claimed, in milliseconds.

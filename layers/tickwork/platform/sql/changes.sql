@@ -16,15 +16,15 @@ limit %(limit)s
 
 -- name: forecast
 -- Queued actions due per action type, connection and hour over the next hours (the current hour
--- also holds what is already due). A row's due time is never before its publish_at, so
--- the calendar index bounds the scan.
-select action_type, connection_id,
-       date_trunc('hour', greatest(coalesce(next_attempt_at, publish_at), %(now)s)) as hour,
+-- also holds what is already due): the workspace's range of the queue (rows not finished, by
+-- due time) up to the end of the forecast.
+select q.action_type, a.connection_id,
+       date_trunc('hour', greatest(q.due_at, %(now)s)) as hour,
        count(*) as due
-from scheduled_actions
-where workspace_id = %(workspace_id)s
-  and publish_at < %(until)s
-  and status = 'queued'
-  and coalesce(next_attempt_at, publish_at) < %(until)s
+from action_queue q
+join scheduled_actions a on a.id = q.id and a.workspace_id = q.workspace_id
+where q.workspace_id = %(workspace_id)s
+  and q.due_at < %(until)s
+  and a.status = 'queued'
 group by 1, 2, 3
 order by 3, 1, 2 nulls first

@@ -61,7 +61,7 @@ order by provider, connection_id
 -- one statement for the wave. Only the dispatcher's own claim: the row still submitted at
 -- the attempt it claimed. A row not returned is not called.
 update scheduled_actions a
-set routed_provider = r.provider, routed_connection_id = r.connection_id,
+set updated_at = now(), routed_provider = r.provider, routed_connection_id = r.connection_id,
     routed_attempt = r.attempt
 from unnest(%(ids)s::uuid[], %(attempts)s::int[], %(providers)s::text[],
             %(connection_ids)s::uuid[]) as r(id, attempt, provider, connection_id)

@@ -30,17 +30,19 @@ returning received_at
 
 -- name: delivery_target
 -- The published row a provider's message id belongs to, within the connection it was sent
--- through (ix_scheduled_actions_provider_message), locked until the commit: a removal of
--- old history (retention) holding it is waited for (then the row is gone, and the event
--- unmatched), and none starts while the event is recorded.
+-- through (provider_messages, which the finalize writes), locked until the commit: a
+-- removal of old history (retention) holding it is waited for (then the row is gone, and
+-- the event unmatched), and none starts while the event is recorded.
 select a.id, a.attempt_count
-from scheduled_actions a
-where a.connection_id = %(connection_id)s and a.provider_id = %(message_id)s
-  and a.provider_id is not null and a.workspace_id = %(workspace_id)s
+from provider_messages m
+join scheduled_actions a on a.id = m.action_id and a.workspace_id = m.workspace_id
+where m.connection_id = %(connection_id)s and m.message_id = %(message_id)s
+  and m.workspace_id = %(workspace_id)s
+  and a.connection_id = %(connection_id)s and a.provider_id = %(message_id)s
   and a.status = 'published'
 order by a.finished_at desc nulls last
 limit 1
-for no key update
+for no key update of a
 
 -- name: delivery_before
 -- The attempt's delivery state before this event, its entry locked until the commit (an

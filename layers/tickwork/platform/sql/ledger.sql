@@ -32,39 +32,35 @@ order by action_id, attempt
 -- name: unresolved_actions
 -- A page of the resolver's work: rows failed ambiguous or stuck whose provider can still
 -- answer for them (its lookup's retention from the attempt's claim), not asked within the
--- recheck interval, after the (finished_at, id) cursor. One entry per provider that can be
--- asked: for a type without fallbacks its own provider, taken unless the attempt's ledger
--- entry names another (the type lost its fallbacks since); for a type with fallback
--- providers (`routed`) each of them, taken only when the attempt's entry names it (an
--- attempt recorded without one is a person's to settle). A row finishes after its claim,
--- so the retention bound on finished_at is the index's range and the one on submitted_at
--- the exact test. age_seconds is the attempt's age by the database's clock.
-select a.*, extract(epoch from now() - a.submitted_at)::float8 as age_seconds
-from scheduled_actions a
+-- recheck interval, after the (started_at, action_id) cursor. They are found through their
+-- attempts' ledger entries (ix_action_attempts_unresolved: every ambiguous and stuck
+-- attempt not yet settled, oldest first), each with its row, still failed with that
+-- outcome at that attempt. One entry per provider that can be asked: for a type without
+-- fallbacks its own provider, taken unless the entry names another (the type lost its
+-- fallbacks since); for a type with fallback providers (`routed`) each of them, taken only
+-- when the entry names it (an attempt recorded without one is a person's to settle).
+-- age_seconds is the attempt's age by the database's clock.
+select a.*, e.started_at as attempt_started_at,
+       extract(epoch from now() - a.submitted_at)::float8 as age_seconds
+from action_attempts e
+join scheduled_actions a on a.id = e.action_id and a.workspace_id = e.workspace_id
 join unnest(%(action_types)s::text[], %(providers)s::text[], %(routed)s::bool[],
             %(retention_seconds)s::float8[])
     as t(action_type, provider, routed, retention) on a.action_type = t.action_type
-where a.status = 'failed'
-  and case when t.routed
-      then exists (
-          select 1 from action_attempts e
-          where e.action_id = a.id and e.attempt = greatest(a.attempt_count, 1)
-            and e.provider = t.provider)
-      else not exists (
-          select 1 from action_attempts e
-          where e.action_id = a.id and e.attempt = greatest(a.attempt_count, 1)
-            and e.provider <> t.provider)
-      end
-  and a.finished_at is not null
-  and a.error_code in ('ambiguous', 'stuck')
-  and a.finished_at > now() - make_interval(secs => t.retention)
+where e.outcome in ('ambiguous', 'stuck')
+  and (e.resolution is null or e.resolution = 'unresolved')
+  and e.started_at > now() - make_interval(secs => (select max(retention) from
+                          unnest(%(retention_seconds)s::float8[]) as r(retention)))
+  and (e.started_at, e.action_id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
+  and a.status = 'failed'
+  and a.error_code = e.outcome
+  and e.attempt = greatest(a.attempt_count, 1)
+  and case when t.routed then e.provider = t.provider
+           else e.provider is null or e.provider = t.provider end
   and a.submitted_at > now() - make_interval(secs => t.retention)
-  and (a.finished_at, a.id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
-  and not exists (
-      select 1 from action_attempts r
-      where r.action_id = a.id and r.attempt = a.attempt_count
-        and r.resolved_at > now() - make_interval(secs => %(recheck_seconds)s))
-order by a.finished_at, a.id
+  and (e.resolved_at is null
+       or e.resolved_at <= now() - make_interval(secs => %(recheck_seconds)s))
+order by e.started_at, e.action_id
 limit %(limit)s
 
 -- name: attempt_route
@@ -76,8 +72,9 @@ where action_id = %(id)s and attempt = greatest(%(attempt)s::int, 1)
 -- name: provider_id_of_another_action
 -- Another action of the connection already recorded under the provider id a lookup found:
 -- a lookup that matches by content (Twilio, Mastodon) may find a twin's message.
-select id from scheduled_actions
-where connection_id = %(connection_id)s and provider_id = %(provider_id)s and id <> %(id)s
+select action_id as id from provider_messages
+where connection_id = %(connection_id)s and message_id = %(provider_id)s
+  and action_id <> %(id)s
 limit 1
 
 -- name: resolve_delivered
@@ -86,11 +83,17 @@ limit 1
 with changed as (
     update scheduled_actions
     set status = 'published', provider_id = coalesce(%(provider_id)s, provider_id),
-        error_code = null, last_error = %(message)s
+        error_code = null, last_error = %(message)s, updated_at = now()
     where id = %(id)s and workspace_id = %(workspace_id)s
       and status = 'failed' and error_code = %(expected_code)s
       and attempt_count = %(attempt)s
-    returning id, workspace_id, attempt_count
+    returning id, workspace_id, attempt_count, connection_id, provider_id
+), message as (
+    -- Its status callbacks name the message id (as the finalize's for a row it publishes).
+    insert into provider_messages (connection_id, message_id, workspace_id, action_id)
+    select connection_id, provider_id, workspace_id, id from changed
+    where connection_id is not null and provider_id is not null
+    on conflict do nothing
 ), noted as (
     insert into action_attempts as t (
         action_id, attempt, workspace_id, started_at, outcome, provider_message_id,
@@ -115,7 +118,7 @@ with changed as (
     update scheduled_actions a
     set status = 'queued', error_code = null, last_error = %(message)s,
         next_attempt_at = now(), finished_at = null, submitted_at = null,
-        enqueued_at = null, provider_id = null
+        enqueued_at = null, provider_id = null, updated_at = now()
     where a.id = %(id)s and a.workspace_id = %(workspace_id)s
       and a.status = 'failed' and a.error_code = %(expected_code)s
       and a.attempt_count = %(attempt)s

@@ -1,12 +1,12 @@
 -- Per-workspace quotas: what a workspace holds, counted up to the limit and no further.
 
 -- name: count_active_actions
--- Queued or submitted rows of the workspace, counted up to %(cap)s (enough to decide), in
--- the order of ix_scheduled_actions_active_workspace, so the walk stops at the cap.
+-- Queued or submitted rows of the workspace (the queue holds exactly those), counted up to
+-- %(cap)s (enough to decide) along ix_action_queue_workspace, so the walk stops at the cap.
 select count(*) from (
-    select 1 from scheduled_actions
-    where workspace_id = %(workspace_id)s and finished_at is null
-    order by coalesce(next_attempt_at, publish_at)
+    select 1 from action_queue
+    where workspace_id = %(workspace_id)s
+    order by due_at
     limit %(cap)s
 ) as active
 

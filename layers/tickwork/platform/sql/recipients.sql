@@ -45,7 +45,7 @@ select action_id, admitted from tickwork_take_cap_slots(
 -- Claimed rows handed back (queued again, never sent) cancelled at once with a reason:
 -- skipped at fire time, dropped by a cap, their enrollment exited.
 update scheduled_actions a
-set status = 'cancelled', finished_at = now(), error_code = f.code, last_error = f.message,
+set updated_at = now(), status = 'cancelled', finished_at = now(), error_code = f.code, last_error = f.message,
     enqueued_at = null
 from unnest(%(ids)s::uuid[], %(codes)s::text[], %(messages)s::text[]) as f(id, code, message)
 where a.id = f.id and a.status = 'queued'

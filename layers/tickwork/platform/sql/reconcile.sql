@@ -50,7 +50,7 @@ order by created_at, id
 -- gate, checked here too so a plan made a moment earlier cannot break it). error_code says
 -- why: 'withdrawn' (no longer wanted) or 'superseded' (replaced by a move).
 update scheduled_actions
-set status = 'cancelled', finished_at = now(), error_code = %(reason)s,
+set updated_at = now(), status = 'cancelled', finished_at = now(), error_code = %(reason)s,
     last_error = %(message)s
 where id = %(id)s
   and workspace_id = %(workspace_id)s

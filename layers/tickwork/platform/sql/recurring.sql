@@ -96,7 +96,7 @@ returning *
 -- queued -> cancelled for a schedule's occurrences after `now` (an edit). A past
 -- occurrence still being retried keeps going; run-now rows are one-offs and stay.
 update scheduled_actions
-set status = 'cancelled', finished_at = now()
+set updated_at = now(), status = 'cancelled', finished_at = now()
 where recurring_schedule_id = %(id)s
   and source = 'recurring'
   and status = 'queued'
@@ -109,7 +109,7 @@ returning id
 -- end). Rows already due are left to fire: they may be in a dispatcher's hands, and the
 -- tick's expiry works on them (never the same rows, so the two cannot deadlock).
 update scheduled_actions
-set status = 'cancelled', finished_at = now()
+set updated_at = now(), status = 'cancelled', finished_at = now()
 where recurring_schedule_id = %(id)s
   and source = 'recurring'
   and status = 'queued'

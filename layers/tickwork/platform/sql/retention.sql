@@ -13,20 +13,21 @@ order by id
 -- name: retention_candidates
 -- The next finished rows of one workspace older than the cutoff (by when they finished and
 -- when they were due: a row cancelled long before its time stays until that time is old
--- too), oldest first after (after_at, after_id), through ix_scheduled_actions_retention.
+-- too), in due order after (after_at, after_id), along the workspace's range of
+-- ix_scheduled_actions_calendar (workspace_id, publish_at, id) before the cutoff: a row
+-- due then is finished, but for the rare one still in flight, or finished late.
 -- Left out: a row something live still refers to: a row rescheduled from it (the lineage's
 -- foreign key), a running enrollment's current step, a step of an enrollment still running
 -- or not yet advanced past. (A finished enrollment's current step leaves: the enrollment
 -- keeps its record, its current_action_id cleared. A digest collects only while its action
 -- is queued: one whose action finished is closed, even if its row still says open until
 -- the group's next item, and leaves with its action.)
-select a.id, a.updated_at, a.finished_at
+select a.id, a.updated_at, a.publish_at
 from scheduled_actions a
 where a.workspace_id = %(workspace_id)s
-  and a.finished_at is not null
-  and a.finished_at < %(cutoff)s
-  and (a.finished_at, a.id) > (%(after_at)s, %(after_id)s::uuid)
   and a.publish_at < %(cutoff)s
+  and (a.publish_at, a.id) > (%(after_at)s, %(after_id)s::uuid)
+  and a.finished_at < %(cutoff)s
   and not exists (select 1 from scheduled_actions c where c.rescheduled_from = a.id)
   and not exists (
       select 1 from enrollments e where e.current_action_id = a.id and e.status = 'active')
@@ -34,7 +35,7 @@ where a.workspace_id = %(workspace_id)s
       select 1 from enrollment_actions ea join enrollments e on e.id = ea.enrollment_id
       where ea.action_id = a.id
         and (e.status = 'active' or (ea.done_at is not null and not ea.advanced)))
-order by a.finished_at, a.id
+order by a.publish_at, a.id
 limit %(limit)s
 
 -- name: archive_actions

@@ -2,36 +2,43 @@
 -- or one workspace when %(workspace_id)s is set. Not hot paths: run by hand.
 
 -- name: status_due
--- Queued rows already due per action type, along the due index (small unless something is
--- behind). How many are queued comes from the rollup. The walk goes in order and stops
--- after %(due_cap)s rows: without the limit the planner, whose estimate of "due before now"
--- counts finished history, may read the index of every active row instead (all of a big
--- future backlog). `capped` says it stopped.
-with due as (
-    select workspace_id, action_type, coalesce(next_attempt_at, publish_at) as due_at
-    from scheduled_actions
-    where status = 'queued' and finished_at is null
-      and coalesce(next_attempt_at, publish_at) <= now()
-      and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
-    order by coalesce(next_attempt_at, publish_at), id
-    limit %(due_cap)s + 1
+-- Queued rows already due per action type, along each type's range of the queue (rows not
+-- finished, by due time): small unless something is behind. Each type's walk stops after
+-- %(due_cap)s rows; `capped` says it stopped (`due` is then a lower bound).
+with types as (
+    select distinct action_type from action_type_rows
+    where %(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s
+),
+due as (
+    select t.action_type, d.due_at
+    from types t
+    cross join lateral (
+        select q.due_at
+        from action_queue q
+        join scheduled_actions a on a.id = q.id and a.workspace_id = q.workspace_id
+        where q.action_type = t.action_type and q.due_at <= now()
+          and a.status = 'queued'
+          and (%(workspace_id)s::uuid is null or q.workspace_id = %(workspace_id)s)
+        order by q.due_at, q.id
+        limit %(due_cap)s + 1
+    ) d
 )
 select action_type, least(count(*), %(due_cap)s) as due,
        extract(epoch from now() - min(due_at))::float8 as oldest_due_age_seconds,
-       (select count(*) from due) > %(due_cap)s as capped
+       count(*) > %(due_cap)s as capped
 from due
 group by action_type
 
 -- name: status_next_due
--- The next queued row to fall due, per action type: the first one along the due index that
--- has the type (a walk that ends at once unless a type is rare far ahead).
+-- The next queued row to fall due, per action type: the first one along the type's range of
+-- the queue (a walk that ends at once unless the type's next rows are all in flight).
 select t.action_type,
-    (select coalesce(next_attempt_at, publish_at) from scheduled_actions
-     where status = 'queued' and finished_at is null
-       and coalesce(next_attempt_at, publish_at) > now()
-       and action_type = t.action_type
-       and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
-     order by coalesce(next_attempt_at, publish_at) limit 1) as next_due
+    (select q.due_at from action_queue q
+     join scheduled_actions a on a.id = q.id and a.workspace_id = q.workspace_id
+     where q.action_type = t.action_type and q.due_at > now()
+       and a.status = 'queued'
+       and (%(workspace_id)s::uuid is null or q.workspace_id = %(workspace_id)s)
+     order by q.due_at, q.id limit 1) as next_due
 from unnest(%(action_types)s::text[]) as t (action_type)
 
 -- name: status_lag
@@ -57,23 +64,16 @@ where %(workspace_id)s::uuid is null or w.id = %(workspace_id)s
 group by grouping sets ((action_type), ())
 order by action_type nulls first
 
--- name: status_outcomes
--- Rows that reached published or failed in the window, per action type and error code.
-select action_type, status, coalesce(error_code, '') as error_code, count(*) as count
-from scheduled_actions
-where finished_at >= now() - make_interval(secs => %(window_seconds)s)
-  and status in ('published', 'failed')
-  and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
-group by action_type, status, error_code
-order by action_type, status, error_code
-
 -- name: status_attention
--- Rows submitted longer than the stuck timeout (about to be failed as stuck), along the due
--- index's range of claimed rows (a row is claimed only when due within the clock-skew
--- tolerance). The failures waiting for a person come from the rollup.
+-- Rows submitted longer than the stuck timeout (about to be failed as stuck), along each
+-- type's range of the queue up to now + due_within (a row is claimed only when due within
+-- the clock-skew tolerance). The failures waiting for a person come from the rollup.
 select count(*) as submitted_too_long
-from scheduled_actions
-where finished_at is null and status = 'submitted'
-  and coalesce(next_attempt_at, publish_at) <= now() + make_interval(secs => %(due_within)s)
-  and submitted_at < now() - make_interval(secs => %(stuck_timeout_seconds)s)
-  and (%(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s)
+from (select distinct action_type from action_type_rows
+      where %(workspace_id)s::uuid is null or workspace_id = %(workspace_id)s) t
+join action_queue q on q.action_type = t.action_type
+join scheduled_actions a on a.id = q.id and a.workspace_id = q.workspace_id
+where q.due_at <= now() + make_interval(secs => %(due_within)s)
+  and a.status = 'submitted'
+  and a.submitted_at < now() - make_interval(secs => %(stuck_timeout_seconds)s)
+  and (%(workspace_id)s::uuid is null or q.workspace_id = %(workspace_id)s)
