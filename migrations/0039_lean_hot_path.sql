@@ -544,12 +544,48 @@ alter table digests add constraint digests_action_id_fkey
 -- its archive by it.
 drop trigger scheduled_actions_touch on scheduled_actions;
 
+-- The tags' check moves there too: as a CHECK constraint it ran its SQL function (an
+-- aggregate, which Postgres cannot inline) on every update of every row, the claim's and the
+-- finalize's included.
+create or replace function tickwork_check_action_columns() returns trigger
+language plpgsql as $$
+begin
+    if new.action_type !~ '^[a-z][a-z0-9_]{0,62}$' then
+        raise exception 'new row for relation "scheduled_actions" violates check constraint "%"',
+            'scheduled_actions_action_type_check'
+            using errcode = 'check_violation', constraint = 'scheduled_actions_action_type_check';
+    end if;
+    if new.source !~ '^[a-z_]{1,32}$' then
+        raise exception 'new row for relation "scheduled_actions" violates check constraint "%"',
+            'scheduled_actions_source_check'
+            using errcode = 'check_violation', constraint = 'scheduled_actions_source_check';
+    end if;
+    if jsonb_typeof(new.payload) <> 'object' then
+        raise exception 'new row for relation "scheduled_actions" violates check constraint "%"',
+            'scheduled_actions_payload_object'
+            using errcode = 'check_violation', constraint = 'scheduled_actions_payload_object';
+    end if;
+    if octet_length(new.payload::text) > 65536 then
+        raise exception 'new row for relation "scheduled_actions" violates check constraint "%"',
+            'scheduled_actions_payload_size'
+            using errcode = 'check_violation', constraint = 'scheduled_actions_payload_size';
+    end if;
+    if cardinality(new.tags) > 0 and not tickwork_tags_valid(new.tags) then
+        raise exception 'new row for relation "scheduled_actions" violates check constraint "%"',
+            'scheduled_actions_tags_check'
+            using errcode = 'check_violation', constraint = 'scheduled_actions_tags_check';
+    end if;
+    return new;
+end;
+$$;
+alter table scheduled_actions drop constraint scheduled_actions_tags_check;
+
 drop trigger scheduled_actions_check_columns on scheduled_actions;
 create trigger scheduled_actions_check_columns
     before insert on scheduled_actions
     for each row execute function tickwork_check_action_columns();
 create trigger scheduled_actions_check_changed_columns
-    after update of action_type, source, payload on scheduled_actions
+    after update of action_type, source, payload, tags on scheduled_actions
     for each row execute function tickwork_check_action_columns();
 
 drop trigger scheduled_actions_publish_guard_update on scheduled_actions;

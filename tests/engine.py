@@ -68,10 +68,14 @@ def seed(
 
 def claimed_an_hour_ago(conn: Connection, ids: Sequence[UUID] | None = None) -> None:
     """Move the claim (and the mark before it) of these rows, or of every row, an hour
-    back: past the stuck and reclaim timeouts, as if its dispatcher had died."""
+    back: past the stuck and reclaim timeouts, as if its dispatcher had died. A row is
+    claimed only once due, so a row due later than that is made due then too."""
     conn.execute(
         "update scheduled_actions set submitted_at = now() - interval '1 hour',"
-        " enqueued_at = now() - interval '1 hour'"
+        " enqueued_at = now() - interval '1 hour',"
+        " publish_at = least(publish_at, now() - interval '1 hour'),"
+        " next_attempt_at = least(next_attempt_at, now() - interval '1 hour'),"
+        " updated_at = now()"
         " where %(ids)s::uuid[] is null or id = any(%(ids)s::uuid[])",
         {"ids": None if ids is None else list(ids)},
     )

@@ -380,7 +380,10 @@ def insert_rows(conn: Connection, workspace: Any, count: int, start: Any, spread
         " from generate_series(1, %(n)s) g",
         {"ws": workspace, "start": start, "spread": spread, "n": count},
     )
+    # Both tables that hold a queued row: the queue's index would otherwise still hold the
+    # entries of the last burst's finished rows (autovacuum's work, between two bursts).
     conn.execute("vacuum analyze scheduled_actions")
+    conn.execute("vacuum analyze action_queue")
 
 
 def due_after_insert(count: int, lead: float = 0.0) -> datetime:

@@ -64,6 +64,16 @@ def test_no_row_trigger_runs_before_an_update(conn):
     assert before_update == []
 
 
+def test_the_hot_table_leaves_room_for_its_updates_on_each_page(conn):
+    # The claim and the finalize write a new version of each row; with room left on its page
+    # it stays there (a HOT update, no index entry). At 100 (the default) the finalize's
+    # grown rows move pages and write an entry in every index.
+    (options,) = conn.execute(
+        "select reloptions from pg_class where oid = 'scheduled_actions'::regclass"
+    ).fetchone()
+    assert "fillfactor=70" in (options or [])
+
+
 def test_every_update_of_an_action_stamps_updated_at(conn):
     # With no touch trigger, the statements stamp the row themselves: the removal of old
     # history tells a row changed since its archive by its updated_at.

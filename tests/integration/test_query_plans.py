@@ -166,7 +166,7 @@ def test_each_pass_starts_after_the_rows_the_last_one_took(conn, big_table):
 
 
 def claim_and_finalize_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
-    """The plans of a wave's claim and finalize, 500 rows, amid a burst in flight."""
+    """The plans of a wave's claim and finalizes, 500 rows, amid a burst in flight."""
     # Given a burst in flight: many rows already submitted by other dispatchers
     conn.execute(
         "update scheduled_actions set status = 'submitted', submitted_at = now(),"
@@ -203,7 +203,9 @@ def claim_and_finalize_plans(conn: psycopg.Connection[Any]) -> list[dict[str, An
             for i in ids
         ]),
     )  # fmt: skip
-    return [claim, finalize]
+    published = {"ids": ids, "provider_ids": json.dumps({str(i): "p" for i in ids})}
+    finalize_published = plan_of(conn, query("finalize_published"), published)
+    return [claim, finalize, finalize_published]
 
 
 def assert_found_by_primary_key(plans: list[dict[str, Any]]) -> None:
@@ -367,7 +369,9 @@ def columns_set_by(name: str) -> set[str]:
     return set().union(*columns_set(query(name)))
 
 
-HOT_PATH = ("claim_actions", "claim_addressed_actions", "finalize_actions")
+HOT_PATH = (
+    "claim_actions", "claim_addressed_actions", "finalize_actions", "finalize_published"
+)  # fmt: skip
 
 
 def test_no_index_names_a_column_the_claim_or_the_finalize_writes(conn):
@@ -385,6 +389,29 @@ def test_no_index_names_a_column_the_claim_or_the_finalize_writes(conn):
     for name, definition in rows:
         named = set(re.findall(r"[a-z_]+", definition.split(" USING ", 1)[1]))
         assert not named & written, f"{name} names {named & written}: {definition}"
+
+
+def test_zombie_recovery_reads_no_row_of_a_burst_just_due(conn, workspace, now):
+    # Given a burst just due, claimed by dispatchers a moment ago
+    conn.execute(
+        "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
+        " select %s, 'webhook', 't' || g, %s from generate_series(1, 3000) g",
+        (workspace, now - timedelta(seconds=1)),
+    )
+    conn.execute(
+        "update scheduled_actions set status = 'submitted', submitted_at = now(),"
+        " attempt_count = 1, updated_at = now()"
+    )
+    conn.execute("analyze action_queue")
+    # When the tick looks for zombies (claimed longer than the stuck timeout ago)
+    params = {"stuck_timeout": 900, "due_within": 180, "action_types": ["webhook"]}
+    with conn.transaction(force_rollback=True), psycopg.ClientCursor(conn) as cur:
+        cur.execute("explain (analyze, format json) " + query("recover_stuck"), params)
+        plan = cur.fetchone()[0][0]["Plan"]  # type: ignore[index]
+    # Then it reads none of them: a row is claimed only once due (within the clock-skew
+    # tolerance), so a zombie was due before now - stuck timeout + due_within
+    scan = index_node(plan, "ix_action_queue_due")
+    assert scan["Actual Rows"] == 0, json.dumps(plan, indent=1)
 
 
 def test_a_row_claimed_without_its_mark_is_still_found_as_a_zombie(conn, workspace, now):
@@ -484,6 +511,11 @@ def test_the_claim_and_finalize_call_no_row_trigger(conn, workspace, now):
     # (the wave's counts are a row per workspace and type in each of the rollup's two tables,
     # each checked against its workspace's key: two calls for the 20 rows, not one a row)
     calls = trigger_calls(conn, query("finalize_actions"), finalize)
+    assert all(name.startswith("RI_ConstraintTrigger") for name in calls), calls
+    assert sum(calls.values()) <= 2, calls
+    # and so for the wave of publications alone
+    published = {"ids": ids, "provider_ids": json.dumps({str(i): "p" for i in ids})}
+    calls = trigger_calls(conn, query("finalize_published"), published)
     assert all(name.startswith("RI_ConstraintTrigger") for name in calls), calls
     assert sum(calls.values()) <= 2, calls
     # and no row trigger runs before an update: an edit by hand fires none either

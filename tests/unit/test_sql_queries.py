@@ -33,3 +33,17 @@ def test_the_addressed_claim_claims_the_rows_the_claim_does():
         return text[text.index("\nwhere id = any") :]
 
     assert tail("claim_addressed_actions") == tail("claim_actions")
+
+
+def test_a_wave_of_publications_leaves_what_any_finalize_leaves():
+    # finalize_published is finalize_actions for publications alone: what a published row
+    # leaves behind (its queue entry, its counts, its message id, outcome events) must stay
+    # the same text in both.
+    def leaves(name: str) -> str:
+        text = sql.query(name)
+        return text[
+            text.index("), published as (") : text.index("\n)", text.index("outcome_events as ("))
+        ]
+
+    assert "delete from action_queue" in leaves("finalize_published")
+    assert leaves("finalize_published") == leaves("finalize_actions")

@@ -237,7 +237,7 @@ def pending_outcomes() -> list[Finalization]:
         return list(_Pending.outcomes)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Completed:
     action: Claimed
     outcome: Outcome
@@ -361,12 +361,28 @@ class _Calls:
     def busy(self) -> bool:
         return bool(self.outstanding or self.done)
 
-    def start(self, call: Callable[..., None], *args: Any) -> None:
-        self.outstanding += 1
+    def start(self, call: Callable[..., _Completed], *args: Any) -> None:
         if self.pool is not None:
-            self.pool.submit(call, self.completions, *args)
-        else:
-            call(self.completions, *args)
+            self.outstanding += 1
+            self.pool.submit(self._into_completions, call, *args)
+            return
+        # Inline (a provider that does not wait on the network): collected at once, with
+        # no hand-off through the completions queue.
+        completed = call(*args)
+        if not self.done:
+            self.first_done_at = time.monotonic()
+        self.done.append(completed)
+
+    def _into_completions(self, call: Callable[..., _Completed], *args: Any) -> None:
+        # A call that raised past its own handling (it logs a provider's error) still ends
+        # as a completion: the row is then recorded as possibly sent, never left waiting.
+        action = next(a for a in args if isinstance(a, Claimed))
+        started = time.time()
+        completed = _Completed(action, Ambiguous("the call did not finish"), started, started)
+        try:
+            completed = call(*args)
+        finally:
+            self.completions.put(completed)
 
     def collect(self, timeout: float) -> None:
         """Completed calls into `done`: those completed already, else the first to complete
@@ -584,9 +600,12 @@ class Dispatcher:
                 if ready and ready[0].due_at <= now:
                     count = next((i for i, a in enumerate(ready) if a.due_at > now), len(ready))
                     for action in taking_turns(ready[:count]):
+                        # (most waves name no connection and no route: no lookup a row)
                         calls.start(
-                            self._call, routes[action.id].provider if action.id in routes
-                            else provider, action, deadline, vias.pop(action.id, None),
+                            self._call,
+                            routes[action.id].provider if routes and action.id in routes
+                            else provider, action, deadline,
+                            vias.pop(action.id, None) if vias else None,
                         )  # fmt: skip
                     ready = ready[count:]
                     continue
@@ -623,6 +642,8 @@ class Dispatcher:
         if result is None:
             return None
         claimed, retried = result
+        if len(claimed) == len(due):
+            return claimed  # each message's row was claimed: none missed
         claimed_ids = {action.id for action in claimed}
         missed = [e for e in due if e.action_id not in claimed_ids]
         if retried:
@@ -748,6 +769,8 @@ class Dispatcher:
         handed back to a later window (docs/throttling.md). Nothing is asked of the database
         when no limit applies."""
         by_type = type_scopes(action_type, config.limits)
+        if not by_type and not connection_limits:
+            return claimed
         scopes: dict[UUID, list[Scope]] = {}
         for action in claimed:
             via = vias.get(action.id)
@@ -790,8 +813,10 @@ class Dispatcher:
         ledger, its workspace's fallback connections and the circuits, read once for the
         wave (docs/failover.md). Rows whose connection already refused them stay as they
         are. Returns the rate limits of the fallback connections the rows go through."""
+        if config.failover is None:
+            return {}
         sendable = [a for a in claimed if isinstance(vias.get(a.id), Via | None)]
-        if config.failover is None or not sendable:
+        if not sendable:
             return {}
         try:
             conn = self.runtime.db.connection()
@@ -1021,34 +1046,29 @@ class Dispatcher:
 
     def _call(
         self,
-        completions: queue.SimpleQueue[_Completed],
         provider: Provider,
         action: Claimed,
         deadline: float | None,
         via: Via | Outcome | None = None,
-    ) -> None:
+    ) -> _Completed:
         called_at = time.time()
-        called = False
-        outcome: Outcome = NotSent("the call was not made")
+        if deadline is not None and time.monotonic() > deadline:
+            outcome: Outcome = NotSent("out of time before the provider call")
+            return _Completed(action, outcome, called_at, called_at)
+        if via is not None and not isinstance(via, Via):
+            # The connection is gone or unreadable: nothing is sent.
+            return _Completed(action, via, called_at, called_at)
         try:
-            if deadline is not None and time.monotonic() > deadline:
-                outcome = NotSent("out of time before the provider call")
-                return
-            if via is not None and not isinstance(via, Via):
-                outcome = via  # the connection is gone or unreadable: nothing is sent
-                return
-            called = True
             outcome = provider.send(action) if via is None else provider.send(action, via)
         except Exception as exc:
             # A provider bug: we cannot know whether anything left. The exception's text
             # may hold what the provider was given: logged redacted, frames without values.
+            outcome = Ambiguous(f"provider raised {type(exc).__name__}")
             known = (via.credentials, via.settings) if isinstance(via, Via) else ()
             secrets = Redactor.of(*known)
             logger.error("provider raised", extra={"action_id": str(action.id),
                                                    **secrets.error(exc)})  # fmt: skip
-            outcome = Ambiguous(f"provider raised {type(exc).__name__}")
-        finally:
-            completions.put(_Completed(action, outcome, called_at, time.time(), called))
+        return _Completed(action, outcome, called_at, time.time(), True)
 
     def _settle(
         self,
@@ -1068,7 +1088,7 @@ class Dispatcher:
         routes = routes if routes is not None else {}
         for completed in done:
             summary.lags.append(completed.called_at - completed.action.due_at.timestamp())
-            routed = routes.get(completed.action.id)
+            routed = routes.get(completed.action.id) if routes else None
             finalization = decide_safely(
                 completed.action,
                 completed.outcome,
@@ -1110,9 +1130,14 @@ class Dispatcher:
                 1 for c in done if c.called and (r := routes.get(c.action.id)) and r.reason
             )
             summary.circuits_opened += self._update_circuits(changing, config.failover, now)
-        for completed in done:
-            routes.pop(completed.action.id, None)
-        written = [f for f in finalizations if f.action_id not in unwritten]
+        if routes:
+            for completed in done:
+                routes.pop(completed.action.id, None)
+        written = (
+            [f for f in finalizations if f.action_id not in unwritten]
+            if unwritten
+            else finalizations
+        )
         summary.unwritten += len(unwritten)
         summary.finalizes += 1 if written else 0
         self._count(written, summary)

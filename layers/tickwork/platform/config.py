@@ -290,7 +290,7 @@ class Settings(BaseModel):
         default=0.5, ge=0, le=MAX_CLOCK_SKEW_TOLERANCE_SECONDS
     )
     # The operations view (GET /v1/operations) warns of a transaction open longer than this
-    # (it holds back the stats rollup's watermark and vacuum's clean-up), and of a type's
+    # (it holds back vacuum's clean-up, so the hot updates stop being HOT), and of a type's
     # backlog (rows due and not finished) that ends its window above where it started and
     # above this many rows.
     ops_old_transaction_seconds: float = Field(default=600.0, ge=0)

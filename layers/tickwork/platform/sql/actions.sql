@@ -221,18 +221,26 @@ with finalized as (
     from published
     where connection_id is not null and provider_id is not null
     on conflict do nothing
+), listening as materialized (
+    -- The wave's workspaces that have an active endpoint for an outcome, and which: one
+    -- probe of their endpoints per workspace and outcome, not per row (materialized: inlined,
+    -- the planner would probe them again for every row).
+    select w.workspace_id, o.event_type
+    from (select distinct workspace_id from finalized) w
+    cross join (values ('action.published'), ('action.failed')) as o(event_type)
+    where exists (select 1 from event_endpoints p
+                  where p.workspace_id = w.workspace_id and p.status = 'active'
+                    and o.event_type = any(p.event_types))
 ), outcome_events as (
     -- Outcome events (migration 0026): the outcomes of rows whose workspace has an active
     -- endpoint go to the outbox, one insert for the wave; none for other workspaces.
     insert into event_outbox (workspace_id, subject_id, event_type, action_type, status,
                               error_code, attempt_count, provider_id, finished_at)
-    select r.workspace_id, r.id, 'action.' || r.status, r.action_type, r.status, r.error_code,
+    select r.workspace_id, r.id, l.event_type, r.action_type, r.status, r.error_code,
            r.attempt_count, r.provider_id, r.finished_at
     from finalized r
+    join listening l on l.workspace_id = r.workspace_id and l.event_type = 'action.' || r.status
     where r.status in ('published', 'failed') and r.source <> 'event'
-      and exists (select 1 from event_endpoints p
-                  where p.workspace_id = r.workspace_id and p.status = 'active'
-                    and 'action.' || r.status = any(p.event_types))
 ), calls as (
     select l.id, l.attempt, to_timestamp(l.started) as started_at,
            to_timestamp(l.started + l.latency_ms / 1000.0) as finished_at, l.latency_ms,
@@ -285,6 +293,78 @@ with finalized as (
         failover_reason = coalesce(t.failover_reason, excluded.failover_reason),
         connection_id = coalesce(t.connection_id, excluded.connection_id)
     where t.outcome = 'stuck'
+)
+select id, status from finalized
+
+-- name: finalize_published
+-- finalize_actions for a wave whose every outcome is a publication that the rows record
+-- themselves (no ledger entry to write): a burst's common wave, in a statement with half the
+-- planning and two parameters instead of sixteen (store.finalize picks it). The rows are
+-- found by their key alone (`id = any`, no join the planner could get wrong on a table it
+-- has not analyzed yet), their message ids looked up by id in a JSON object. A row not
+-- finalized here (it moved on: recovered as stuck meanwhile) is given to finalize_actions,
+-- whose late_attempts records the delivery. Its common table expressions from `published`
+-- to `outcome_events` are finalize_actions' (tests/unit/test_sql_queries.py keeps them the
+-- same).
+with finalized as (
+    update scheduled_actions a
+    set status = 'published',
+        provider_id = coalesce(%(provider_ids)s::jsonb ->> a.id::text, a.provider_id),
+        error_code = null, next_attempt_at = null, finished_at = now(), enqueued_at = null,
+        updated_at = now()
+    where a.id = any(%(ids)s::uuid[])
+      and a.status = 'submitted'
+    returning a.id, a.status, a.workspace_id, a.action_type, a.finished_at, a.error_code,
+              a.attempt_count, a.provider_id, a.source, a.routed_attempt,
+              a.routed_connection_id, a.connection_id
+), published as (
+    -- What a published row leaves behind (migration 0039), set-based for the wave: its queue
+    -- entry, its count (in the totals and in the ten minutes it finished in), and the
+    -- message id its provider gave it
+    -- when it went through a connection (its status callbacks name it). Another finish is
+    -- a row trigger's (tickwork_action_finished): none fires for these.
+    select workspace_id, id, action_type, provider_id, connection_id
+    from finalized where status = 'published'
+), dequeued as (
+    delete from action_queue q using published p
+    where q.id = p.id and q.workspace_id = p.workspace_id
+), counted as (
+    insert into action_finished_rows (workspace_id, action_type, status, error_code, n)
+    select workspace_id, action_type, 'published', '', count(*)
+    from published
+    group by workspace_id, action_type
+), windowed as (
+    insert into action_finished_windows (workspace_id, action_type, status, error_code,
+                                         bucket, n)
+    select workspace_id, action_type, 'published', '', tickwork_finish_bucket(now()), count(*)
+    from published
+    group by workspace_id, action_type
+), messages as (
+    insert into provider_messages (connection_id, message_id, workspace_id, action_id)
+    select connection_id, provider_id, workspace_id, id
+    from published
+    where connection_id is not null and provider_id is not null
+    on conflict do nothing
+), listening as materialized (
+    -- The wave's workspaces that have an active endpoint for an outcome, and which: one
+    -- probe of their endpoints per workspace and outcome, not per row (materialized: inlined,
+    -- the planner would probe them again for every row).
+    select w.workspace_id, o.event_type
+    from (select distinct workspace_id from finalized) w
+    cross join (values ('action.published'), ('action.failed')) as o(event_type)
+    where exists (select 1 from event_endpoints p
+                  where p.workspace_id = w.workspace_id and p.status = 'active'
+                    and o.event_type = any(p.event_types))
+), outcome_events as (
+    -- Outcome events (migration 0026): the outcomes of rows whose workspace has an active
+    -- endpoint go to the outbox, one insert for the wave; none for other workspaces.
+    insert into event_outbox (workspace_id, subject_id, event_type, action_type, status,
+                              error_code, attempt_count, provider_id, finished_at)
+    select r.workspace_id, r.id, l.event_type, r.action_type, r.status, r.error_code,
+           r.attempt_count, r.provider_id, r.finished_at
+    from finalized r
+    join listening l on l.workspace_id = r.workspace_id and l.event_type = 'action.' || r.status
+    where r.status in ('published', 'failed') and r.source <> 'event'
 )
 select id, status from finalized
 

@@ -154,8 +154,10 @@ returning q.id, q.action_type
 -- naming the provider and connection it was calling when its type has fallback providers
 -- (recorded before the call, migration 0034; null when it was routed for another attempt:
 -- the dispatcher died before routing this one). A row is claimed only when due within the
--- clock-skew tolerance, so the queue's due range up to now + due_within holds every
--- candidate. (The finish takes the row out of the queue: tickwork_action_finished.)
+-- clock-skew tolerance of its claim (submitted_at), so a row claimed more than
+-- stuck_timeout ago is due before now - stuck_timeout + due_within: that range of the
+-- queue holds every candidate, and not the rows of a burst just due, which the tick is
+-- about to send. (The finish takes the row out of the queue: tickwork_action_finished.)
 with recovered as (
     update scheduled_actions a
     set status = 'failed', error_code = 'stuck', finished_at = now(), updated_at = now(),
@@ -164,7 +166,7 @@ with recovered as (
             || ' with this action id before retrying'
     from action_queue q
     where q.action_type = any(%(action_types)s::text[])
-      and q.due_at <= now() + make_interval(secs => %(due_within)s)
+      and q.due_at <= now() + make_interval(secs => %(due_within)s - %(stuck_timeout)s)
       and a.id = q.id and a.workspace_id = q.workspace_id
       and a.status = 'submitted'
       and a.submitted_at < now() - make_interval(secs => %(stuck_timeout)s)
