@@ -168,7 +168,9 @@ def test_one_an_hour_with_five_events_sends_one_and_a_digest_of_the_four_others(
 def test_a_repeat_of_a_collected_event_is_a_duplicate_even_once_the_key_has_room(
     conn, workspace, settings
 ):
-    now = datetime.now(UTC)
+    # An event's idempotency key holds its date: the repeat 61 minutes on must fall on the
+    # same day (from 23:00 UTC on it would be the next day's event, not a repeat).
+    now = datetime.now(UTC).replace(hour=12)
     create_rule(conn, workspace, rule_with(ONE_AN_HOUR_THE_REST_IN_A_DIGEST), settings, now)
     booked(conn, workspace, settings, "b1", "ann", now)
     [digest_action] = booked(conn, workspace, settings, "b2", "ann", now).created
