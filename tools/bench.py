@@ -866,8 +866,8 @@ def report_sustained(
             f"\n    {step.rows:,} rows = {step.rate:,.0f} actions/s: delivered"
             f" {result['distinct']:,} of {step.rows:,}; {result['lags']}; {verdict}"
         )
-        print(f"    the tick's run from the lead on: {result['tick_enqueued']:,} rows marked and"
-              f" sent in {result['tick_seconds']:.1f} s")  # fmt: skip
+        print(f"    the tick's run from the lead on: {result['tick_enqueued']:,} rows handed to"
+              f" their queues in {result['tick_seconds']:.1f} s")  # fmt: skip
         report_costs(step.rows, step.result)
 
     found = search_sustained(url, counts, seconds, ledger, tick_process, report)
