@@ -244,7 +244,10 @@ def test_a_restarted_local_runtime_fires_what_its_previous_run_had_enqueued(
         wait_for(lambda: len(local.queues.queue("webhook")) == 0)
         arrived = [d.body["data"]["id"] for d in local.receiver.deliveries]
         assert arrived == [str(action_id)]
-        assert local.receiver.deliveries[0].lag_seconds < 1.0
+        # Sent by the new run's first tick, not left for the next one (60 s later) or for the
+        # redelivery timeout: within seconds even on a loaded machine (a 1 s bound failed at
+        # 1.03 s under a load average of 7).
+        assert local.receiver.deliveries[0].lag_seconds < 10.0
 
 
 # ------------------------------ 4. database errors: wait briefly, then retry soon
