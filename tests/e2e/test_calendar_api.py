@@ -170,6 +170,7 @@ def test_projection_begins_where_the_rows_end_and_only_for_active_schedules(api:
     assert set(kinds[:13]) == {"queued"}
     assert set(kinds[14:]) == {"projected"}
     assert kinds == sorted(kinds, key=lambda k: k == "projected")
+
     # Not with a status filter, nor when asked not to, nor once paused
     def kinds_of(answer: dict[str, Any]) -> set[str]:
         return {kind for bucket in answer["buckets"] for kind in bucket["counts"]}
