@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
+from zoneinfo import ZoneInfo
 
 from tickwork import rollup
 from tickwork.actions.model import Action
@@ -14,6 +15,7 @@ from tickwork.platform import paging
 from tickwork.platform.db import Connection
 from tickwork.platform.errors import InputError
 from tickwork.platform.sql import query
+from tickwork.recurring import projection
 
 _LIST = query("list_actions")
 _COUNTS = query("calendar_counts")
@@ -48,15 +50,24 @@ MAX_SUMMARY_SPAN = {"day": timedelta(days=62), "hour": timedelta(days=8)}
 MAX_PER_BUCKET = 100
 
 
+# The pseudo-status of an occurrence a recurring schedule will make, not made yet.
+PROJECTED = "projected"
+
+
 @dataclass(frozen=True)
 class Glimpse:
-    """An action as a calendar cell shows it."""
+    """An action as a calendar cell shows it, or an occurrence projected (no id yet)."""
 
-    id: UUID
+    id: UUID | None
     action_type: str
     target_key: str
     status: str
     publish_at: datetime
+    recurring_schedule_id: UUID | None = None
+
+    @property
+    def projected(self) -> bool:
+        return self.status == PROJECTED
 
 
 @dataclass
@@ -72,6 +83,14 @@ class Bucket:
         return sum(self.counts.values())
 
 
+@dataclass
+class Summary:
+    buckets: list[Bucket]
+    # False when the projected occurrences were cut short by their bounds (there may be
+    # more than the counts say); True when none were asked for.
+    projection_complete: bool = True
+
+
 def summary(
     conn: Connection,
     workspace_id: UUID,
@@ -83,9 +102,14 @@ def summary(
     per_bucket: int,
     status: str | None = None,
     action_type: str | None = None,
-) -> list[Bucket]:
+    projected_from: datetime | None = None,
+) -> Summary:
     """The range by local day or hour in `zone` (a valid IANA name): counts by status and
-    the first `per_bucket` actions of each, in two statements, whatever the range holds."""
+    the first `per_bucket` actions of each, in two statements, whatever the range holds.
+
+    With `projected_from` (now) and no `status`, the occurrences active recurring schedules
+    will make after it and have not made yet count too, under the status `projected`
+    (tickwork.recurring.projection): the expander makes rows 14 days ahead only."""
     if end <= start:
         raise InputError("`to` must be after `from`", field="to")
     if end - start > MAX_SUMMARY_SPAN[unit]:
@@ -102,7 +126,35 @@ def summary(
         for bucket, *fields in conn.execute(_FIRSTS, params).fetchall():
             # (a row made between the two statements may bring its own bucket)
             buckets.setdefault(bucket, Bucket(bucket, {}, [])).items.append(Glimpse(*fields))
-    return [buckets[key] for key in sorted(buckets)]
+    found = Summary([])
+    if projected_from is not None and status is None:
+        ahead = projection.project(
+            conn, workspace_id, start, end, now=projected_from, action_type=action_type
+        )
+        _add_projected(buckets, ahead.occurrences, ZoneInfo(zone), unit, per_bucket)
+        found.projection_complete = ahead.complete
+    found.buckets = [buckets[key] for key in sorted(buckets)]
+    return found
+
+
+def _add_projected(
+    buckets: dict[datetime, Bucket], occurrences: list[projection.Projected], zone: ZoneInfo,
+    unit: str, per_bucket: int,
+) -> None:  # fmt: skip
+    """Each projected occurrence counted in its local day or hour, and among the bucket's
+    first `per_bucket` by due time beside the rows (as the SQL buckets them)."""
+    for o in occurrences:
+        local = o.at.astimezone(zone).replace(tzinfo=None, minute=0, second=0, microsecond=0)
+        key = local.replace(hour=0) if unit == "day" else local
+        bucket = buckets.setdefault(key, Bucket(key, {}, []))
+        bucket.counts[PROJECTED] = bucket.counts.get(PROJECTED, 0) + 1
+        if per_bucket:
+            glimpse = Glimpse(None, o.action_type, o.target_key, PROJECTED, o.at, o.schedule_id)
+            bucket.items.append(glimpse)
+    for bucket in buckets.values():
+        # rows first at a tie: a row is there, a projection only expected
+        bucket.items.sort(key=lambda g: (g.publish_at, g.projected))
+        del bucket.items[per_bucket:]
 
 
 @dataclass(frozen=True)

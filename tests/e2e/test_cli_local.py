@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -497,6 +498,13 @@ def test_recurring_rules_recipients_and_connections_have_verbs(dev, capsys):
     code, out, _ = run(capsys, "connections", "list", *acme)
     assert "Chat" in out
     assert "slack" in out
+    # Not verified yet: the list prints the command that verifies it, which works as printed
+    assert "not yet" in out
+    [verify] = [line.strip() for line in out.splitlines() if line.strip().startswith("tickwork")]
+    assert verify.endswith("/verify --workspace Acme --user local-user")
+    code, answer, err = run(capsys, *shlex.split(verify)[1:])
+    assert (code, json.loads(answer)["ok"]) == (0, True), err
+    assert "not yet" not in run(capsys, "connections", "list", *acme)[1]
     code, out, _ = run(capsys, "connections", "show", "Chat", *acme)
     assert 'settings              {"default_channel": "#general"}' in out
     # No command prints a Python repr

@@ -10,6 +10,7 @@ from html.parser import HTMLParser
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
+from zoneinfo import available_timezones
 
 import pytest
 
@@ -73,6 +74,20 @@ def test_only_get_reads_it() -> None:
 
 def test_sign_in_is_a_pasted_token_without_an_issuer() -> None:
     assert json.loads(get("/console/config.json")["body"]) == {"oidc": None}
+
+
+def test_the_zones_offered_are_the_current_iana_names_and_old_ones_map_to_them() -> None:
+    answer = get("/console/zones.json")
+    assert answer["headers"]["Content-Type"].startswith("application/json")
+    document = json.loads(answer["body"])
+    offered = document["zones"]
+    assert {"Asia/Kolkata", "Asia/Kathmandu", "Europe/Amsterdam", "UTC"} <= set(offered)
+    assert not {"Asia/Calcutta", "Asia/Katmandu", "Asia/Saigon", "US/Eastern"} & set(offered)
+    assert document["aliases"]["Asia/Calcutta"] == "Asia/Kolkata"
+    assert document["aliases"]["Asia/Katmandu"] == "Asia/Kathmandu"
+    # Every one offered is one the API takes, and every old name maps to one offered.
+    assert set(offered) <= available_timezones()
+    assert set(document["aliases"].values()) <= set(offered)
 
 
 def test_sign_in_uses_the_issuer_when_configured() -> None:

@@ -205,15 +205,24 @@ def calendar_summary(
     per_bucket: Annotated[int, Query(ge=0, le=calendar.MAX_PER_BUCKET)] = 3,
     status: Annotated[StatusFilter | None, Query()] = None,
     action_type: Annotated[str | None, Query(max_length=63)] = None,
+    projected: Annotated[
+        bool,
+        Query(
+            description="count the occurrences active recurring schedules will make beyond"
+            " the rows made so far (status `projected`; not with a `status` filter)"
+        ),
+    ] = True,
 ) -> CalendarSummaryOut:
     """What a calendar draws, whatever the range holds: a month of 10,000 actions is one
-    call. `timezone` (default the workspace's) says whose days and hours."""
+    call. `timezone` (default the workspace's) says whose days and hours. Recurring
+    schedules' occurrences beyond the 14 days the expander has made count as `projected`."""
     request = scope(router)
     name = timezone or request.caller.timezone.key
     zone(name)
     found = calendar.summary(
         request.conn, request.caller.workspace_id, start, end, zone=name, unit=unit,
         per_bucket=per_bucket, status=status, action_type=action_type,
+        projected_from=request.now if projected else None,
     )  # fmt: skip
     return CalendarSummaryOut(
         timezone=name,
@@ -224,10 +233,11 @@ def calendar_summary(
                 start=b.start.isoformat(),
                 total=b.total,
                 counts=b.counts,
-                items=[GlimpseOut(**vars(item)) for item in b.items],
+                items=[GlimpseOut.of(item) for item in b.items],
             )
-            for b in found
+            for b in found.buckets
         ],
+        projection_complete=found.projection_complete,
     )
 
 

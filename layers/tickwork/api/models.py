@@ -23,6 +23,7 @@ from pydantic import (
 from tickwork.actions import bulk
 from tickwork.actions.model import MAX_TAG_LENGTH, MAX_TAGS, TAG_PATTERN, Action
 from tickwork.actions.why import Step
+from tickwork.calendar import Glimpse
 from tickwork.platform.wallclock import local_rendering, to_utc
 
 _RFC3339_START = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
@@ -240,20 +241,43 @@ class CalendarRange(BaseModel):
 
 
 class GlimpseOut(BaseModel):
-    """An action as a calendar cell shows it (GET /v1/actions/{id} has the rest)."""
+    """An action as a calendar cell shows it (GET /v1/actions/{id} has the rest), or an
+    occurrence a recurring schedule will make (`projected`: no row, so no id, yet)."""
 
-    id: UUID
+    id: UUID | None = Field(description="the action's id; null for a projected occurrence")
     action_type: str
     target_key: str
-    status: str
-    publish_at: datetime
+    status: str = Field(description="its status, or `projected` (not made yet)")
+    publish_at: datetime = Field(
+        description="when it is due (a projected one: the rule's time; the recipient's quiet"
+        " hours may still move it when it is made)"
+    )
+    projected: bool = Field(
+        default=False, description="true: an occurrence its schedule will make, not made yet"
+    )
+    recurring_schedule_id: UUID | None = Field(
+        default=None, description="a projected occurrence's schedule (GET /v1/recurring/{id})"
+    )
+
+    @classmethod
+    def of(cls, glimpse: Glimpse) -> GlimpseOut:
+        return cls(
+            id=glimpse.id, action_type=glimpse.action_type, target_key=glimpse.target_key,
+            status=glimpse.status, publish_at=glimpse.publish_at, projected=glimpse.projected,
+            recurring_schedule_id=glimpse.recurring_schedule_id,
+        )  # fmt: skip
 
 
 class BucketCountOut(BaseModel):
     start: str = Field(description="the local wall time the day or hour starts at, no offset")
     total: int
-    counts: dict[str, int] = Field(description="actions by status")
-    items: list[GlimpseOut] = Field(description="the first per_bucket actions, in due order")
+    counts: dict[str, int] = Field(
+        description="actions by status, and `projected`: occurrences recurring schedules will"
+        " make there, not made yet"
+    )
+    items: list[GlimpseOut] = Field(
+        description="the first per_bucket actions and projected occurrences, in due order"
+    )
 
 
 class CalendarSummaryOut(BaseModel):
@@ -261,6 +285,11 @@ class CalendarSummaryOut(BaseModel):
     unit: Literal["day", "hour"]
     range: CalendarRange
     buckets: list[BucketCountOut] = Field(description="only days or hours holding actions")
+    projection_complete: bool = Field(
+        default=True,
+        description="false when the projected occurrences were cut short by their bounds"
+        " (2,000 an answer, from the first 200 active schedules): there may be more",
+    )
 
 
 class ActionPage(BaseModel):

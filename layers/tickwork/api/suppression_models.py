@@ -33,7 +33,10 @@ class SuppressionOut(BaseModel):
     address: str
     scope: str
     reason: Reason
-    source: str = Field(description="who or what added it (`user:<id>`, `postmark:<id>`, ...)")
+    source: str = Field(
+        description="who or what added it: `user:<subject>`, `postmark:bounce:<connection id>`,"
+        " `twilio:stop:<connection id>`, `link` (an unsubscribe link), ..."
+    )
     detail: str | None
     created_at: datetime
 

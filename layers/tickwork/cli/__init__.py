@@ -962,7 +962,7 @@ def cmd_connections_list(args: argparse.Namespace) -> int:
     caller, _ = _caller(args)
     params = {"provider": args.provider} if args.provider else None
     answer = caller.call("GET", "/v1/connections", params=params)
-    return _respond(args, answer, lambda page: tables.table(page["items"], tables.CONNECTIONS))
+    return _respond(args, answer, lambda page: tables.connections(page, args.workspace, args.user))
 
 
 def cmd_connections_show(args: argparse.Namespace) -> int:

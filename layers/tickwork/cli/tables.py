@@ -4,6 +4,7 @@ JSON where they are not plain text (never a Python repr)."""
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -72,7 +73,7 @@ def _quiet(windows: list[dict[str, Any]]) -> str:
 
 def _verified(connection: dict[str, Any]) -> str:
     if connection.get("verify_ok") is None:
-        return "not yet"
+        return "not yet (below)"
     return ("ok " if connection["verify_ok"] else "FAILED ") + utc(connection.get("verified_at"))
 
 
@@ -116,6 +117,20 @@ CONNECTIONS: list[Column] = [
     ("status", 10, lambda c: c["status"]),
     ("verified", 22, _verified),
 ]
+
+
+def connections(page: dict[str, Any], workspace: str | None, user: str) -> str:
+    """The connections, then for each not verified yet the command that verifies it (the
+    provider's cheapest authenticated call: POST /v1/connections/{id}/verify)."""
+    text = table(page["items"], CONNECTIONS, page.get("next_cursor"))
+    acting = f" --workspace {shlex.quote(workspace)}" if workspace else ""
+    acting += f" --user {shlex.quote(user)}"
+    unverified = [c for c in page["items"] if c.get("verify_ok") is None]
+    if unverified:
+        text += "\nnot verified yet: check the credentials with the provider by\n" + "\n".join(
+            f"  tickwork api POST /v1/connections/{c['id']}/verify{acting}" for c in unverified
+        )
+    return text
 
 
 def schedule_detail(schedule: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
 """The web console: static files (HTML, CSS, ES modules, no build step) served under
-`/console/` by the API function itself, and its sign-in settings as `/console/config.json`.
+`/console/` by the API function itself, its sign-in settings as `/console/config.json` and
+the time zones it offers as `/console/zones.json`.
 
 Served by the API rather than a bucket and CDN of their own because the console then shares
 the API's origin: no CORS, one Content-Security-Policy that allows nothing but this origin
@@ -18,9 +19,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tickwork.platform.config import Settings
+from tickwork.platform.wallclock import zone_names
 
 PREFIX = "/console"
 CONFIG_PATH = f"{PREFIX}/config.json"
+ZONES_PATH = f"{PREFIX}/zones.json"
 
 _TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -47,6 +50,14 @@ def _asset(name: str) -> Asset | None:
     if not found.is_file():
         return None
     return Asset(found.read_text(encoding="utf-8"), content_type)
+
+
+@cache
+def _zones_document() -> str:
+    """The zones the page offers, by their current IANA names only (a browser's own list
+    has old ones, Asia/Calcutta beside Asia/Kolkata), and the old names mapped to them."""
+    names = zone_names()
+    return json.dumps({"zones": names.canonical, "aliases": names.aliases})
 
 
 def is_console(path: str) -> bool:
@@ -100,6 +111,8 @@ def serve(method: str, path: str, settings: Settings) -> dict[str, Any]:
         path = PREFIX + "/index.html"
     if path == CONFIG_PATH:
         return _result(200, _TYPES[".json"], json.dumps(sign_in_config(settings)), settings)
+    if path == ZONES_PATH:
+        return _result(200, _TYPES[".json"], _zones_document(), settings)
     asset = _asset(path[len(PREFIX) + 1 :])
     if asset is None:
         return _result(404, "text/plain; charset=utf-8", "no such console file", settings)

@@ -51,15 +51,20 @@ def callback_connection(conn: Db, connection_id: UUID) -> Connection | None:
             return cur.execute(_CONNECTION, {"id": connection_id}).fetchone()
 
 
-def _source(provider: str, connection_id: UUID, what: str) -> str:
-    return f"{provider}:{what}:{connection_id}"
+# The word a callback's suppression source names its reason by (docs/suppression.md lists
+# the sources; a test holds the page to this).
+SOURCE_WORDS = {"hard_bounce": "bounce", "complaint": "complaint", "stop_reply": "stop"}
+
+
+def suppression_source(provider: str, connection_id: UUID | str, reason: str) -> str:
+    """Who added an address a callback suppressed: `postmark:bounce:<connection id>`."""
+    return f"{provider}:{SOURCE_WORDS[reason]}:{connection_id}"
 
 
 def _suppress_all(conn: Db, connection: Connection, event: DeliveryEvent) -> tuple[Suppress, ...]:
     added = []
     for entry in event.suppress:
-        what = {"hard_bounce": "bounce", "complaint": "complaint", "stop_reply": "stop"}
-        source = _source(connection.provider, connection.id, what[entry.reason])
+        source = suppression_source(connection.provider, connection.id, entry.reason)
         try:
             new = suppress(conn, connection.workspace_id, entry.channel, entry.address,
                            entry.reason, source, event.detail)  # fmt: skip

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import cache
+from importlib.resources import files
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from tickwork.platform.errors import InvalidTimeError, InvalidTimezoneError
@@ -38,6 +39,35 @@ def zone(name: str, *, field: str = "timezone") -> ZoneInfo:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:  # pragma: no cover - listed but unreadable
         raise InvalidTimezoneError(f"time zone {name!r} cannot be loaded", field=field) from exc
+
+
+@dataclass(frozen=True)
+class ZoneNames:
+    """The zones a person picks from, and the old names that mean one of them."""
+
+    canonical: list[str]  # sorted, UTC last
+    aliases: dict[str, str]  # an old name (Asia/Calcutta) -> its canonical one (Asia/Kolkata)
+
+
+@cache
+def zone_names() -> ZoneNames:
+    """IANA's own list of zones to offer (zone.tab: a zone per country and region, by its
+    current name) and UTC; and the backward-compatible links (tzdata.zi's `L` lines) that
+    point at one of them, so an old name a browser reports maps to its current one. Read
+    from the tzdata package, which every deployment installs."""
+    data = files("tzdata").joinpath("zoneinfo")
+    canonical = {
+        line.split("\t")[2]
+        for line in data.joinpath("zone.tab").read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#")
+    }
+    aliases = {}
+    for line in data.joinpath("tzdata.zi").read_text(encoding="utf-8").splitlines():
+        if line.startswith("L "):
+            _, target, alias = line.split()
+            if target in canonical and alias not in canonical:
+                aliases[alias] = target
+    return ZoneNames([*sorted(canonical), "UTC"], aliases)
 
 
 def resolve_wall_time(day: date, clock: time, tz: ZoneInfo) -> datetime:

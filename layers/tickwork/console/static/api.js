@@ -76,3 +76,15 @@ export function query(params) {
   }
   return new URLSearchParams(clean).toString();
 }
+
+// The workspace's connections by id, for their names (none if the list cannot be read: a
+// name is a nicety, the id still shows).
+export async function connections() {
+  try {
+    const answer = await api("GET", "/v1/connections");
+    return new Map(answer.items.map((c) => [c.id, c]));
+  } catch (error) {
+    if (error instanceof SignedOut) throw error;
+    return new Map();
+  }
+}

@@ -4,7 +4,7 @@ import { api, SignedOut, whenSignedOut } from "./api.js";
 import { errorBox } from "./ui.js";
 import { session, saveDrafts, restoreDrafts, takeReturn } from "./session.js";
 import { finishOidc, signInPage, takeFragment } from "./signin.js";
-import { h, clear, browserZone } from "./util.js";
+import { h, clear, browserZone, canonicalZone, loadZones } from "./util.js";
 import * as calendar from "./views/calendar.js";
 import * as action from "./views/action.js";
 import * as failures from "./views/failures.js";
@@ -32,7 +32,8 @@ let rendering = 0;
 const ctx = {
   get workspace() { return workspace; },
   get isAdmin() { return Boolean(workspace && workspace.role === "admin"); },
-  get zone() { return localStorage.getItem("tickwork.zone") || browserZone(); },
+  get subject() { return session.subject(); },
+  get zone() { return canonicalZone(localStorage.getItem("tickwork.zone") || browserZone()); },
   setZone(zone) { localStorage.setItem("tickwork.zone", zone); },
   navigate(hash) {
     if (location.hash === hash) route();
@@ -113,11 +114,13 @@ async function start() {
 
 async function boot() {
   whenSignedOut((reason) => showSignIn(reason));
+  const zonesLoaded = loadZones();
   try {
     config = await (await fetch("config.json", { cache: "no-store" })).json();
   } catch {
     config = { oidc: null };
   }
+  await zonesLoaded;
   takeFragment();
   const refused = await finishOidc(config.oidc);
   if (refused) {

@@ -23,6 +23,16 @@ export const session = {
   lastWorkspace() {
     return localStorage.getItem("tickwork.workspace") || "";
   },
+  // Who the token names (its `sub`), for the CLI commands the page prints. Read, not
+  // verified: the API verifies the token; this only says whom to act as.
+  subject() {
+    try {
+      const part = this.get().token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+      return String(JSON.parse(atob(part.padEnd(Math.ceil(part.length / 4) * 4, "="))).sub || "");
+    } catch {
+      return "";
+    }
+  },
 };
 
 // What the person typed, kept across a sign-in (an expired token must not lose it).

@@ -36,13 +36,33 @@ export function clear(node, ...children) {
 
 // ---------------------------------------------------------------- time zones
 
+// The zones offered, by their current IANA names (the console's zones.json, read once at
+// start): the browser's own list has old names beside new ones (Asia/Calcutta and
+// Asia/Kolkata), and reports the old one as its own zone.
+let known = { zones: [], aliases: {} };
+
+export async function loadZones() {
+  try {
+    const answer = await (await fetch("zones.json", { cache: "no-store" })).json();
+    known = { zones: answer.zones || [], aliases: answer.aliases || {} };
+  } catch {
+    known = { zones: [], aliases: {} };
+  }
+}
+
+// A zone by its current name: Asia/Calcutta is Asia/Kolkata.
+export function canonicalZone(zone) {
+  return known.aliases[zone] || zone;
+}
+
 export function zones() {
+  if (known.zones.length) return known.zones;
   const all = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
   return all.includes("UTC") ? all : ["UTC", ...all];
 }
 
 export function browserZone() {
-  return Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+  return canonicalZone(Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC");
 }
 
 const partFormats = new Map();
@@ -137,4 +157,11 @@ export function duration(ms) {
   if (ms < 1000) return `${Math.round(ms)} ms`;
   if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
   return `${Math.round(ms / 60000)} min`;
+}
+
+// A word as a POSIX shell reads it: as it is when it is safe, else in single quotes (a
+// command the page prints must work when pasted).
+export function shellWord(text) {
+  const word = String(text);
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, "'\\''")}'`;
 }

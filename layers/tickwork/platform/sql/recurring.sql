@@ -156,3 +156,15 @@ limit %(batch_size)s
 select * from recurring_schedules
 where id = %(id)s and status = 'active' and last_materialized_through < %(horizon)s
 for update skip locked
+
+-- name: projectable_schedules
+-- Active schedules whose rule may fire in [from, to) beyond what the expander has made
+-- (the calendar projects those occurrences), in creation order along the workspace's index.
+select * from recurring_schedules
+where workspace_id = %(workspace_id)s
+  and status = 'active'
+  and last_materialized_through < %(to)s
+  and (until is null or until >= %(from)s)
+  and (%(action_type)s::text is null or action_type = %(action_type)s)
+order by created_at, id
+limit %(limit)s

@@ -2,7 +2,7 @@
 // and went (reschedules), its change log, every attempt from the ledger, and what a person
 // can do to it now (reschedule, cancel, send now; retry for admins).
 import { api } from "../api.js";
-import { h, stamp, wall, pad, zones, duration } from "../util.js";
+import { h, stamp, wall, pad, zones, duration, shellWord } from "../util.js";
 import { badge, typeTag, field, formError, showError, errorBox } from "../ui.js";
 
 function row(label, ...value) {
@@ -13,13 +13,55 @@ function actionLink(id, text) {
   return h("a", { href: `#/actions/${id}` }, text || id);
 }
 
-function whySection(why, zone) {
+// The CLI command that shows the same, as the signed-in person in this workspace: it works
+// as printed against `tickwork dev` (the CLI acts as --user in --workspace).
+function whyCommand(ctx, id) {
+  return `tickwork actions why --workspace ${shellWord(ctx.workspace.id)} --user ${shellWord(ctx.subject)} ${id}`;
+}
+
+function whySection(ctx, why, zone) {
   return h("section", { class: "card why", "aria-labelledby": "why-title" },
     h("h2", { id: "why-title" }, "Why is it here?"),
     h("ol", { class: "why-steps" }, why.steps.map((s) => h("li", { dataset: { code: s.code } },
-      s.at ? h("time", { datetime: s.at }, stamp(s.at, zone)) : null,
+      // The separator is for screen readers, which would read the time and text as one.
+      s.at ? [h("time", { datetime: s.at }, stamp(s.at, zone)), h("span", { class: "visually-hidden" }, ": ")] : null,
       h("span", { class: "why-text" }, s.text)))),
-    h("p", { class: "muted" }, `As of ${stamp(why.as_of, zone)} (${zone}). The CLI shows the same: `, h("code", {}, `tickwork actions why ${why.id}`)));
+    h("p", { class: "muted" }, `As of ${stamp(why.as_of, zone)} (${zone}). The CLI shows the same: `, h("code", { class: "why-command" }, whyCommand(ctx, why.id))));
+}
+
+// The connection by its name and provider, and whether its credentials were checked; an
+// unchecked one can be checked from here (POST /v1/connections/{id}/verify, any member).
+function connectionCell(ctx, id, connection) {
+  if (!connection) return h("code", {}, id);
+  const slot = h("span", { class: "inline-error", "aria-live": "polite" });
+  const verify = h("button", { type: "button", class: "small", onclick: async () => {
+    verify.disabled = true;
+    try {
+      const result = await api("POST", `/v1/connections/${encodeURIComponent(id)}/verify`);
+      ctx.announce(result.ok ? "Verified: the provider accepted its credentials." : `Not verified: ${result.message}`);
+      ctx.navigate(location.hash);
+    } catch (error) {
+      slot.replaceChildren(errorBox(error));
+      verify.disabled = false;
+    }
+  } }, "Verify now");
+  const state = connection.verify_ok === null || connection.verify_ok === undefined
+    ? ["not verified yet: ", verify, " asks the provider whether its credentials work", slot]
+    : connection.verify_ok
+      ? [`verified ${stamp(connection.verified_at, ctx.zone)}`]
+      : [`verification failed ${stamp(connection.verified_at, ctx.zone)}: ${connection.verify_message || ""} `, verify, slot];
+  return [h("span", { class: "connection-name", title: id }, connection.name), ` (${connection.provider}) · `, h("span", { class: "connection-verified" }, state)];
+}
+
+// What the provider said after it took the message (its status callbacks), if anything.
+function deliveryCell(action, zone) {
+  const d = action.delivery;
+  if (!d) {
+    return action.status === "published"
+      ? h("span", { class: "muted" }, "no word from the provider since it took the message (it may send none)")
+      : null;
+  }
+  return [badge(d.status), d.bounce ? ` ${d.bounce} bounce` : "", d.at ? ` at ${stamp(d.at, zone)}` : "", d.detail ? `: ${d.detail}` : ""];
 }
 
 function controls(ctx, action) {
@@ -87,10 +129,10 @@ function attemptsTable(attempts, zone) {
   if (!attempts.length) return h("p", { class: "muted" }, "No attempt yet: the provider has not been called.");
   return h("table", { class: "list" },
     h("caption", {}, "Attempts (the ledger)"),
-    h("thead", {}, h("tr", {}, ["#", "Started", "Latency", "Outcome", "Provider", "Provider code", "Provider message", "Reason", "Resolver"].map((t) => h("th", { scope: "col" }, t)))),
+    h("thead", {}, h("tr", {}, ["#", "Started", "Latency", "Outcome", "Delivery", "Provider", "Provider code", "Provider message", "Reason", "Resolver"].map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, attempts.map((a) => h("tr", {},
       h("td", {}, String(a.attempt)), h("td", {}, stamp(a.started_at, zone)), h("td", {}, duration(a.latency_ms)),
-      h("td", {}, badge(a.outcome)), h("td", {}, providerCell(a)), h("td", {}, a.provider_code || ""), h("td", {}, a.provider_message_id || ""),
+      h("td", {}, badge(a.outcome)), h("td", {}, a.delivery ? badge(a.delivery.status) : ""), h("td", {}, providerCell(a)), h("td", {}, a.provider_code || ""), h("td", {}, a.provider_message_id || ""),
       h("td", { class: "excerpt" }, a.excerpt || ""),
       h("td", {}, a.resolution ? `${a.resolution}${a.resolved_at ? ` at ${stamp(a.resolved_at, zone)}` : ""}${a.resolution_detail ? `: ${a.resolution_detail}` : ""}` : "")))));
 }
@@ -111,6 +153,10 @@ export async function render(ctx, rest) {
   const id = rest[0];
   const zone = ctx.zone;
   const [action, why] = await Promise.all([api("GET", `/v1/actions/${encodeURIComponent(id)}`), api("GET", `/v1/actions/${encodeURIComponent(id)}/why`)]);
+  // Its connection's name (a deleted one is a 404: then its id is shown).
+  const connection = action.connection_id
+    ? await api("GET", `/v1/connections/${encodeURIComponent(action.connection_id)}`).catch(() => null)
+    : null;
   const next = action.changes.find((c) => c.new_action_id);
   const details = h("dl", { class: "facts" },
     row("Status", badge(action.status), action.error_code ? [" ", h("code", {}, action.error_code)] : null),
@@ -119,7 +165,8 @@ export async function render(ctx, rest) {
     row("Target", h("code", {}, action.target_key)),
     action.thing_id ? row("Thing", action.thing_id) : null,
     action.recipient_id ? row("Recipient", action.recipient_id) : null,
-    action.connection_id ? row("Connection", action.connection_id) : null,
+    action.connection_id ? row("Connection", connectionCell(ctx, action.connection_id, connection)) : null,
+    deliveryCell(action, zone) ? row("Delivery", deliveryCell(action, zone)) : null,
     row("Made by", action.source, action.recurring_schedule_id ? [" · schedule ", h("code", {}, action.recurring_schedule_id)] : null),
     action.resolved ? row("Wall time", `${action.resolved.wall_time} in ${action.resolved.timezone} (${action.resolved.rule}): ${action.resolved.note}`) : null,
     action.rescheduled_from ? row("Rescheduled from", actionLink(action.rescheduled_from)) : null,
@@ -130,7 +177,7 @@ export async function render(ctx, rest) {
     h("p", {}, h("a", { href: "#/calendar" }, "‹ Calendar")),
     h("h1", { id: "action-title" }, typeTag(action.action_type), " ", action.target_key),
     controls(ctx, action),
-    whySection(why, zone),
+    whySection(ctx, why, zone),
     h("section", { class: "card", "aria-labelledby": "facts-title" }, h("h2", { id: "facts-title" }, "Details"), details),
     h("section", { class: "card", "aria-labelledby": "payload-title" }, h("h2", { id: "payload-title" }, "Payload"),
       h("p", { class: "help" }, action.source === "api" ? "As scheduled." : "As rendered from its template when the action was made."),

@@ -1,10 +1,14 @@
 // The calendar: day, week or month in the viewer's zone, each action at its local time,
 // coloured by status and type; a click opens it. New actions are scheduled from here.
-import { api, query } from "../api.js";
+import { api, query, connections } from "../api.js";
 import { h, wall, instantOf, addDays, isoDate, parseDate, weekdayOf, pad, hhmm, monthName, dayName, zones, typeHue } from "../util.js";
 import { field, formError, showError, clearErrors, fieldError } from "../ui.js";
 
 const STATUSES = ["queued", "submitted", "published", "failed", "cancelled"];
+// What a cell counts: the statuses, and the occurrences recurring schedules will make but
+// have not made yet (the API's `projected`: beyond the 14 days the expander makes ahead).
+const SHOWN = [...STATUSES, "projected"];
+const PROJECTED_WORDS = "projected: its recurring schedule makes it later";
 const PER_CELL = { day: 60, week: 4, month: 3 };
 
 function today(zone) {
@@ -43,7 +47,7 @@ async function fetchView(view, zone, first, days, filters) {
   })}`);
   const cells = new Map();
   for (const bucket of answer.buckets) cells.set(bucket.start.slice(0, view === "month" ? 10 : 13), bucket);
-  return cells;
+  return { cells, projectionComplete: answer.projection_complete !== false };
 }
 
 const NONE = { total: 0, counts: {}, items: [] };
@@ -55,14 +59,19 @@ function cellOf(cells, date, hour) {
 function chip(item, zone, view) {
   const at = new Date(item.publish_at);
   const label = `${hhmm(at, zone)} ${item.action_type} · ${item.target_key}`;
+  const words = item.projected ? PROJECTED_WORDS : item.status;
+  // A projected occurrence has no action yet: it opens the schedules instead.
+  const dataset = item.projected
+    ? { schedule: item.recurring_schedule_id, status: item.status, local: hhmm(at, zone) }
+    : { id: item.id, status: item.status, local: hhmm(at, zone) };
   return h("a", {
     class: ["chip", `status-${item.status}`, typeHue(item.action_type)],
-    href: `#/actions/${item.id}`,
-    title: `${label} (${item.status})`,
-    dataset: { id: item.id, status: item.status, local: hhmm(at, zone) },
+    href: item.projected ? "#/schedules" : `#/actions/${item.id}`,
+    title: `${label} (${words})`,
+    dataset,
   }, h("span", { class: "chip-time" }, hhmm(at, zone)), " ",
   h("span", { class: "chip-type" }, item.action_type), view === "month" ? null : [" ", h("span", { class: "chip-target" }, item.target_key)],
-  h("span", { class: "visually-hidden" }, `, ${item.status}`));
+  h("span", { class: "visually-hidden" }, `, ${words}`));
 }
 
 function more(count, date, view) {
@@ -72,7 +81,7 @@ function more(count, date, view) {
 
 function legend() {
   return h("ul", { class: "legend", "aria-label": "Status colours" },
-    STATUSES.map((s) => h("li", {}, h("span", { class: `swatch status-${s}`, "aria-hidden": "true" }), s)));
+    SHOWN.map((s) => h("li", {}, h("span", { class: `swatch status-${s}`, "aria-hidden": "true" }), s === "projected" ? "projected (not made yet)" : s)));
 }
 
 function timeGrid(view, first, days, cells, zone) {
@@ -105,7 +114,7 @@ function monthGrid(first, days, cells, month, zone) {
     for (let d = 0; d < 7; d += 1) {
       const date = addDays(first, week * 7 + d);
       const cell = cellOf(cells, date);
-      const counts = STATUSES.map((s) => [s, cell.counts[s] || 0]).filter(([, n]) => n);
+      const counts = SHOWN.map((s) => [s, cell.counts[s] || 0]).filter(([, n]) => n);
       row.push(h("td", { class: [date.month === month ? null : "other-month", cell.total ? "busy" : null], dataset: { date: isoDate(date) } },
         h("a", { class: "day-number", href: `#/calendar?view=day&date=${isoDate(date)}`, "aria-label": `${dayName(date)}: ${cell.total} actions` }, String(date.day)),
         counts.length ? h("p", { class: "counts" }, counts.map(([s, n]) => h("span", { class: `count status-${s}` }, `${n} ${s}`))) : null,
@@ -123,7 +132,7 @@ function zoneSelect(current, onchange, id = "zone") {
   return h("select", { id, name: "timezone", onchange }, zones().map((z) => h("option", { value: z, selected: z === current }, z)));
 }
 
-function newActionForm(ctx, date) {
+function newActionForm(ctx, date, known) {
   const zone = ctx.zone;
   const input = (name, attrs = {}) => h("input", { name, ...attrs });
   const form = h("form", { class: "card new-action", "data-draft": "new-action", "aria-labelledby": "new-title", novalidate: true },
@@ -138,7 +147,8 @@ function newActionForm(ctx, date) {
     field("Payload (JSON)", h("textarea", { name: "payload", rows: 3, spellcheck: "false" }, "{}"), "What the provider sends: a webhook's body, an email's subject and body, ..."),
     h("div", { class: "row" },
       field("Thing id", input("thing_id", { placeholder: "optional" })),
-      field("Connection id", input("connection_id", { placeholder: "optional" }), "The connection that sends (email, SMS, posts)."),
+      field("Connection", h("select", { name: "connection_id" }, h("option", { value: "" }, "none"),
+        [...known.values()].map((c) => h("option", { value: c.id }, `${c.name} (${c.provider})`))), "The connection that sends (email, SMS, posts)."),
       field("Recipient id", input("recipient_id", { placeholder: "optional" }))),
     h("div", { class: "field checkbox" }, h("input", { type: "checkbox", name: "transactional", id: "new-transactional" }),
       h("label", { for: "new-transactional" }, "Transactional (not held by quiet hours or caps)")),
@@ -185,8 +195,9 @@ export async function render(ctx, _rest, params) {
     for (const [key, value] of [...next]) if (!value) next.delete(key);
     return `#/calendar?${next}`;
   };
-  const cells = await fetchView(view, zone, first, days, filters);
+  const [{ cells, projectionComplete }, known] = await Promise.all([fetchView(view, zone, first, days, filters), connections()]);
   const total = [...cells.values()].reduce((n, cell) => n + cell.total, 0);
+  const projected = [...cells.values()].reduce((n, cell) => n + (cell.counts.projected || 0), 0);
   const types = [...new Set([...cells.values()].flatMap((cell) => cell.items.map((item) => item.action_type)))].sort();
 
   const title = view === "month" ? monthName(date) : view === "week" ? `Week of ${dayName(first)} ${first.year}` : `${dayName(date)} ${date.year}`;
@@ -206,14 +217,18 @@ export async function render(ctx, _rest, params) {
       onchange: (event) => ctx.navigate(address({ type: event.target.value.trim() })) }));
 
   const grid = view === "month" ? monthGrid(first, days, cells, date.month, zone) : timeGrid(view, first, days, cells, zone);
+  const made = total - projected;
+  const ahead = projected
+    ? ` ${projected}${projectionComplete ? "" : " or more"} projected from recurring schedules (not made yet: their rows are made 14 days ahead).`
+    : "";
   const summary = h("p", { class: "muted", role: "status" },
-    total ? `${total} actions; times in ${zone}.` : `Nothing scheduled in this ${view}. Schedule an action below, or move to another ${view}.`);
+    total ? `${made} actions.${ahead} Times in ${zone}.` : `Nothing scheduled in this ${view}. Schedule an action below, or move to another ${view}.`);
   const node = h("section", { "aria-labelledby": "calendar-title" },
     h("h1", { id: "calendar-title" }, title),
     toolbar, legend(), summary,
     h("div", { class: "grid-wrap", tabindex: "0", role: "region", "aria-label": `The ${view}` }, grid),
     h("datalist", { id: "known-types" }, types.map((t) => h("option", { value: t }))),
-    newActionForm(ctx, view === "day" ? date : today(zone)));
+    newActionForm(ctx, view === "day" ? date : today(zone), known));
   const focus = params.get("focus");
   if (focus) {
     setTimeout(() => {

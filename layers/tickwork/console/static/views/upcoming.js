@@ -1,7 +1,7 @@
 // Upcoming: what will fire per hour and per provider (action type and connection) over
 // the next days, against each one's hourly quota (the API's forecast): tomorrow's 09:00
 // wall is visible before it hits.
-import { api } from "../api.js";
+import { api, connections as connectionList } from "../api.js";
 import { h, wall, pad } from "../util.js";
 import { typeTag } from "../ui.js";
 
@@ -16,7 +16,7 @@ function level(due, peak, quota) {
 export async function render(ctx, _rest, params) {
   const zone = ctx.zone;
   const hours = CHOICES.includes(Number(params.get("hours"))) ? Number(params.get("hours")) : 72;
-  const forecast = await api("GET", `/v1/forecast?hours=${hours}`);
+  const [forecast, known] = await Promise.all([api("GET", `/v1/forecast?hours=${hours}`), connectionList()]);
   // The forecast's hours are whole UTC hours from the one holding its start.
   const first = Math.floor(new Date(forecast.start).getTime() / 3600000) * 3600000;
   const last = new Date(forecast.end).getTime();
@@ -52,7 +52,7 @@ export async function render(ctx, _rest, params) {
       h("tr", {}, h("td", {}), days.map((d) => h("th", { scope: "colgroup", colspan: d.span }, d.label))),
       h("tr", {}, h("th", { scope: "col" }, "Type / connection"), columns.map((c) => h("th", { scope: "col", class: "hour" }, pad(wall(c, zone).hour))))),
     h("tbody", {}, [...rows.values()].map((row) => h("tr", {},
-      h("th", { scope: "row" }, typeTag(row.action_type), row.connection_id ? h("span", { class: "muted conn" }, ` ${row.connection_id.slice(0, 8)}`) : null,
+      h("th", { scope: "row" }, typeTag(row.action_type), row.connection_id ? h("span", { class: "muted conn", title: row.connection_id }, ` ${known.get(row.connection_id)?.name || row.connection_id.slice(0, 8)}`) : null,
         row.quota ? h("span", { class: "muted" }, ` ≤ ${row.quota}/h`) : null),
       columns.map((c) => {
         const bucket = row.cells.get(c.getTime());
