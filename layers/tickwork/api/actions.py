@@ -259,20 +259,33 @@ def get_action(action_id: str, workspace: WorkspaceHeader) -> ActionDetailOut:
     summary="Why an action is where it is (why not yet?): its status and the steps that tell it",
     responses=responses(200, WhyOut, "its status, and its history then where it stands"),
 )
-def why_action(action_id: str, workspace: WorkspaceHeader) -> WhyOut:
+def why_action(
+    action_id: str,
+    workspace: WorkspaceHeader,
+    timezone: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="the zone the sentences give every time in (the viewer's); default:"
+            " the zone the action was scheduled in, else the workspace's",
+        ),
+    ] = None,
+) -> WhyOut:
     request = scope(router)
+    viewer = zone(timezone) if timezone is not None else None
     facts = why.read(request.conn, request.caller.workspace_id, _action_id(action_id))
     if facts is None:
         raise NotFoundError(f"no action {action_id} in this workspace")
     retention = None
     if why.needs_resolver(facts.action):
         retention = retention_of(request.conn, request.runtime, facts.action)
+    shown = viewer or why.sentence_zone(facts.action, request.caller.timezone)
     steps = why.explain(
         facts, request.runtime.settings, request.now, request.caller.timezone,
-        lookup_retention=retention,
+        lookup_retention=retention, viewer=shown,
     )  # fmt: skip
     return WhyOut(
-        id=facts.action.id, status=facts.action.status, as_of=request.now,
+        id=facts.action.id, status=facts.action.status, as_of=request.now, timezone=shown.key,
         steps=[WhyStepOut.of(s) for s in steps],
     )  # fmt: skip
 

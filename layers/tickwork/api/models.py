@@ -207,8 +207,7 @@ class WhyStepOut(BaseModel):
         description="when it happened, or happens next (UTC); null when it holds now"
     )
     text: str = Field(
-        description="the step in one plain sentence; its times in the zone the action was"
-        " scheduled in (else the workspace's)"
+        description="the step in one plain sentence; its times in the answer's `timezone`"
     )
     details: dict[str, Any] = Field(
         default_factory=dict, description="the values behind the sentence: ids, times, codes"
@@ -225,6 +224,11 @@ class WhyOut(BaseModel):
     id: UUID
     status: Status
     as_of: datetime = Field(description="the time the answer was made (UTC)")
+    timezone: str = Field(
+        description="the zone every sentence gives its times in: the `timezone` asked for,"
+        " else the zone the action was scheduled in, else the workspace's",
+        examples=["Europe/Paris"],
+    )
     steps: list[WhyStepOut] = Field(
         description="its history, oldest first, then where it stands and what happens next"
     )

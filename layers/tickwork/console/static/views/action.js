@@ -110,7 +110,7 @@ function changesTable(changes, zone) {
 export async function render(ctx, rest) {
   const id = rest[0];
   const zone = ctx.zone;
-  const [action, why] = await Promise.all([api("GET", `/v1/actions/${encodeURIComponent(id)}`), api("GET", `/v1/actions/${encodeURIComponent(id)}/why`)]);
+  const [action, why] = await Promise.all([api("GET", `/v1/actions/${encodeURIComponent(id)}`), api("GET", `/v1/actions/${encodeURIComponent(id)}/why?timezone=${encodeURIComponent(zone)}`)]);
   const next = action.changes.find((c) => c.new_action_id);
   const details = h("dl", { class: "facts" },
     row("Status", badge(action.status), action.error_code ? [" ", h("code", {}, action.error_code)] : null),
