@@ -20,6 +20,7 @@ from tickwork.api.models import (
     ActionPage,
     BucketCountOut,
     BulkCancelIn,
+    BulkCancelOut,
     BulkOut,
     BulkRetryIn,
     CalendarRange,
@@ -43,6 +44,7 @@ from tickwork.ledger.attempts import attempts_of
 from tickwork.platform.errors import ConflictError, NotFoundError
 from tickwork.platform.wallclock import describe_resolution, instant_of, zone
 from tickwork.recipients.policy import zone_for
+from tickwork.recurring import store as recurring
 from tickwork.sequences import store as sequences
 
 router = Router()
@@ -352,9 +354,11 @@ def retry_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
 @router.post(
     "/v1/actions/bulk-cancel",
     summary="Cancel the queued actions matching a filter, a bounded batch a call",
-    responses=responses(200, BulkOut, "what this call did, and where to go on from"),
+    responses=responses(
+        200, BulkCancelOut, "what this call did, the schedules it paused, where to go on from"
+    ),
 )
-def bulk_cancel(body: BulkCancelIn, workspace: WorkspaceHeader) -> BulkOut:
+def bulk_cancel(body: BulkCancelIn, workspace: WorkspaceHeader) -> BulkCancelOut:
     request = scope(router)
     where = body.where()
     workspace_id, actor = request.caller.workspace_id, request.caller.user_id
@@ -365,11 +369,18 @@ def bulk_cancel(body: BulkCancelIn, workspace: WorkspaceHeader) -> BulkOut:
             recipient_id=where.recipient_id, limit=limit, reason="bulk cancel", actor=actor,
         )  # fmt: skip
 
+    def pauses(limit: int) -> list[UUID]:
+        return recurring.pause_of_parent(
+            request.conn, workspace_id, tag=where.tag, recipient_id=where.recipient_id,
+            action_type=where.action_type, target_key=where.target_key,
+            thing_id=where.thing_id, actor=actor, now=request.now, limit=limit,
+        )  # fmt: skip
+
     result = bulk.cancel_matching(
         request.conn, workspace_id, where, status=body.status, limit=body.limit,
-        after=body.after, exits=exits,
+        after=body.after, exits=exits, pauses=pauses,
     )  # fmt: skip
-    return BulkOut.of(result)
+    return BulkCancelOut.of(result)
 
 
 @router.post(

@@ -376,6 +376,22 @@ class BulkOut(BaseModel):
         )  # fmt: skip
 
 
+class BulkCancelOut(BulkOut):
+    """What one bulk cancel did, and the recurring schedules it paused."""
+
+    paused_schedules: list[UUID] = Field(
+        default_factory=list,
+        description="a cancel by tag or recipient (without due_from or due_to): the active"
+        " recurring schedules this call paused, which carry the tag or send to the"
+        " recipient (they would make new occurrences); their `paused_reason` names the"
+        " cancel. A later call pauses none twice",
+    )
+
+    @classmethod
+    def of(cls, result: bulk.Result) -> BulkCancelOut:
+        return cls(**BulkOut.of(result).model_dump(), paused_schedules=result.paused_schedules)
+
+
 class StatusCount(BaseModel):
     status: Status
     action_type: str
