@@ -1,13 +1,14 @@
-"""The change log: every cancel, reschedule, defer, quiet-hours move, skip, drop, exit and hold
-of an action, with who or what made it, why, and the old and new time.
+"""The change log: every cancel, reschedule, defer, quiet-hours move, skip, drop, exit, hold and
+retry of an action, with who or what made it, why, and the old and new time.
 
 Entries are written where the change happens, so no code path can skip them: triggers on
 scheduled_actions record cancels (by their error_code: `exited` → exit, `skipped` → skip,
 `capped` → drop), turn a cancel followed by its replacement into a reschedule, and record a
 quiet-hours move at creation; claim-time admission records defers, and the dispatcher's
-rate limits the rows they held back (`throttled`); an exit with nothing left to cancel
-records itself. The actor is the API caller (`tickwork.actor`, set for the
-request's transaction) or `system:<source>`.
+rate limits the rows they held back (`throttled`); an admin's retry is written by the
+retry statements themselves (`retry`: which retry, after which failure); an exit with
+nothing left to cancel records itself. The actor is the API caller (`tickwork.actor`, set
+for the request's transaction) or `system:<source>`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ KINDS = (
     "digest",
     "flush",
     "throttled",
+    "retry",
 )
 
 

@@ -91,7 +91,7 @@ def test_bulk_cancel_takes_exactly_the_queued_rows_each_criterion_names(api, own
         answer = api.member.call("POST", CANCEL, json=criteria)
         assert answer == {
             "matched": len(expected), "changed": len(expected), "skipped": 0, "refused": {},
-            "next": None, "exited": 0,
+            "next": None, "exited": 0, "paused_schedules": [],
         }, criteria  # fmt: skip
         cancelled = {name for name, s in zip(rows, statuses(owner, list(rows.values())),
                                              strict=True) if s == "cancelled"}  # fmt: skip
@@ -168,7 +168,15 @@ def test_a_row_that_moved_on_meanwhile_is_skipped_and_counted(api, owner, databa
         call.join(10)
     # Then it leaves the claimed row alone and says so
     assert answers == [
-        {"matched": 3, "changed": 2, "skipped": 1, "refused": {}, "next": None, "exited": 0}
+        {
+            "matched": 3,
+            "changed": 2,
+            "skipped": 1,
+            "refused": {},
+            "next": None,
+            "exited": 0,
+            "paused_schedules": [],
+        }
     ]
     assert statuses(owner, ids) == ["cancelled", "submitted", "cancelled"]
 
@@ -300,10 +308,11 @@ def test_an_empty_filter_says_why_it_is_refused(api):
 
 def test_the_bulk_routes_are_in_the_openapi_document():
     document = json.loads(openapi_document())
-    for path, model in ((CANCEL, "BulkCancelIn"), (RETRY, "BulkRetryIn")):
+    for path, model, out in ((CANCEL, "BulkCancelIn", "BulkCancelOut"),
+                             (RETRY, "BulkRetryIn", "BulkOut")):  # fmt: skip
         operation = document["paths"][path]["post"]
         assert model in json.dumps(operation["requestBody"])
-        assert "BulkOut" in json.dumps(operation["responses"]["200"])
+        assert f'"#/components/schemas/{out}"' in json.dumps(operation["responses"]["200"])
     assert "admins" in document["paths"][RETRY]["post"]["summary"]
 
 

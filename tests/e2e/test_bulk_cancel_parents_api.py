@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Api, running_api
+from tickwork.engine import expander
 from tickwork.platform.config import Settings
 from tickwork.platform.db import Connection, connect
 
@@ -146,7 +147,7 @@ def test_cancel_by_tag_takes_every_pending_row_of_it_and_nothing_else(api, owner
     theirs = insert_tagged(owner, api.workspace_b, "podcast:42", 5)
     answer = api.member.call("POST", CANCEL, json={"tag": "podcast:42"})
     assert answer == {"matched": 30, "changed": 30, "skipped": 0, "refused": {},
-                      "next": None, "exited": 0}  # fmt: skip
+                      "next": None, "exited": 0, "paused_schedules": []}  # fmt: skip
     assert status_counts(owner, mine) == {"cancelled": 30}
     assert status_counts(owner, sent) == {"published": 5}
     assert status_counts(owner, claimed) == {"submitted": 5}
@@ -188,6 +189,93 @@ def test_the_residual_criteria_narrow_a_parent(api, owner):
     assert status_counts(owner, [far["id"], log["id"]]) == {"queued": 2}
 
 
+# ------------------------------------------------------------------ recurring schedules
+
+
+def recurring_schedule(api: Api, **extra: Any) -> dict[str, Any]:
+    body = {"action_type": "webhook", "target_key": "primary", "rrule": "FREQ=DAILY",
+            "payload": {"text": "daily"},
+            "dtstart": (NOW + timedelta(days=1)).replace(tzinfo=None).isoformat(
+                timespec="minutes")} | extra  # fmt: skip
+    return api.admin.call("POST", "/v1/recurring", json=body)
+
+
+def queued_of(conn: Connection, schedule: dict[str, Any]) -> int:
+    row = conn.execute(
+        "select count(*)::int from scheduled_actions where recurring_schedule_id = %s"
+        " and status = 'queued'",
+        (schedule["id"],),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_cancel_by_tag_pauses_the_recurring_schedules_that_carry_it(api, owner):
+    # Given a daily schedule of the tag (its next 14 days queued), and one of another tag
+    podcast = recurring_schedule(api, tags=["podcast:42"])
+    other = recurring_schedule(api, tags=["podcast:43"])
+    assert queued_of(owner, podcast) > 0
+    # When a member cancels everything of the tag
+    answer = api.member.call("POST", CANCEL, json={"tag": "podcast:42"})
+    # Then the answer names the schedule it paused, and says why on the schedule
+    assert answer["paused_schedules"] == [podcast["id"]]
+    assert (answer["changed"], answer["next"]) == (answer["matched"], None)
+    shown = api.admin.call("GET", f"/v1/recurring/{podcast['id']}")
+    assert (shown["status"], shown["paused_reason"]) == (
+        "paused", "a bulk cancel by mallory-member of everything tagged podcast:42")  # fmt: skip
+    assert api.admin.call("GET", f"/v1/recurring/{other['id']}")["status"] == "active"
+    # And its occurrences are cancelled and stay so: the expander makes none
+    assert queued_of(owner, podcast) == 0
+    expander.expand_all(owner, Settings(), now=NOW + timedelta(days=3))
+    assert queued_of(owner, podcast) == 0
+    assert queued_of(owner, other) > 0
+    # A second call pauses nothing twice
+    again = api.member.call("POST", CANCEL, json={"tag": "podcast:42"})
+    assert (again["matched"], again["paused_schedules"], again["next"]) == (0, [], None)
+
+
+def test_the_schedules_paused_count_in_the_budget_and_the_next_call_goes_on(api, owner):
+    made = sorted([recurring_schedule(api, tags=["t"])["id"] for _ in range(3)])
+    # A budget of two: the first call pauses two schedules and says more is left
+    first = api.admin.call("POST", CANCEL, json={"tag": "t", "limit": 2})
+    assert (first["paused_schedules"], first["changed"]) == (made[:2], 0)
+    assert first["next"] is not None
+    # the next pauses the third (none twice), then cancels rows with what is left
+    second = api.admin.call("POST", CANCEL, json={"tag": "t", "limit": 2, "after": first["next"]})
+    assert (second["paused_schedules"], second["changed"]) == (made[2:], 1)
+    last = api.admin.call("POST", CANCEL, json={"tag": "t", "after": second["next"]})
+    assert (last["paused_schedules"], last["next"]) == ([], None)
+    statuses = {api.admin.call("GET", f"/v1/recurring/{i}")["status"] for i in made}
+    assert statuses == {"paused"}
+    assert sum(queued_of(owner, {"id": i}) for i in made) == 0
+
+
+def test_cancel_by_recipient_pauses_their_recurring_schedules(api, owner):
+    put_recipient(api, "ann")
+    put_recipient(api, "bob")
+    anns = recurring_schedule(api, recipient_id="ann")
+    bobs = recurring_schedule(api, recipient_id="bob")
+    answer = api.admin.call("POST", CANCEL, json={"recipient_id": "ann"})
+    assert answer["paused_schedules"] == [anns["id"]]
+    shown = api.admin.call("GET", f"/v1/recurring/{anns['id']}")
+    assert (shown["status"], shown["paused_reason"]) == (
+        "paused", "a bulk cancel by alice of everything for recipient ann")  # fmt: skip
+    assert queued_of(owner, anns) == 0
+    assert api.admin.call("GET", f"/v1/recurring/{bobs['id']}")["status"] == "active"
+    assert queued_of(owner, bobs) > 0
+
+
+def test_a_cancel_of_a_window_or_of_another_type_pauses_no_schedule(api, owner):
+    podcast = recurring_schedule(api, tags=["podcast:42"])
+    window = api.admin.call("POST", CANCEL, json={"tag": "podcast:42", "due_to": later(24 * 3)})
+    assert window["paused_schedules"] == []
+    assert window["changed"] >= 1
+    narrowed = api.admin.call("POST", CANCEL, json={"tag": "podcast:42", "action_type": "log"})
+    assert narrowed["paused_schedules"] == []
+    assert api.admin.call("GET", f"/v1/recurring/{podcast['id']}")["status"] == "active"
+    assert queued_of(owner, podcast) > 0
+
+
 # ------------------------------------------------------------ recipient, entity, campaign
 
 
@@ -218,7 +306,7 @@ def test_cancel_by_campaign_exits_its_enrollments_and_cancels_their_steps(api, o
     assert all(steps)
     answer = api.admin.call("POST", CANCEL, json={"campaign_id": campaign["id"]})
     assert answer == {"matched": 2, "changed": 2, "skipped": 0, "refused": {},
-                      "next": None, "exited": 2}  # fmt: skip
+                      "next": None, "exited": 2, "paused_schedules": []}  # fmt: skip
     for e in enrolled:
         now = api.admin.call("GET", f"/v1/enrollments/{e['id']}")
         assert (now["status"], now["exit_reason"], now["exit_outcome"]) == (

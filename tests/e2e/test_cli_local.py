@@ -200,7 +200,8 @@ def test_cancel_all_and_retry_all_loop_over_the_cursor_and_print_the_counts(dev,
     totals = run_json(capsys, "actions", "cancel-all", *acme, "--type", "webhook", "--limit", "2")
     # Then every call was made and the counts add up; the other type is left
     assert totals == {
-        "matched": 4, "changed": 4, "skipped": 0, "refused": {}, "exited": 0, "calls": 2
+        "matched": 4, "changed": 4, "skipped": 0, "refused": {}, "exited": 0,
+        "paused_schedules": [], "calls": 2,
     }  # fmt: skip
     rows = conn.execute("select thing_id, status from scheduled_actions order by thing_id")
     assert rows.fetchall() == [(f"t{i}", "cancelled") for i in range(4)] + [("t4", "queued")]
@@ -516,3 +517,69 @@ def test_recurring_rules_recipients_and_connections_have_verbs(dev, capsys):
         assert "{'" not in out
         assert "True" not in out
         assert "None" not in out
+
+
+def test_tags_on_the_command_line_schedule_list_show_and_cancel(dev, capsys):
+    # Given an admin, and actions scheduled with tags from the command line
+    assert run(capsys, "token", "--workspace", "Acme", "--create", "--admin")[0] == 0
+    acme = ["--workspace", "Acme"]
+    at = ["--type", "webhook", "--target", "primary", "--at", "2030-01-01T09:00:00Z"]
+    tagged = run_json(capsys, "actions", "schedule", *acme, *at, "--thing", "a",
+                      "--tag", "podcast:42", "--tag", "season-3")  # fmt: skip
+    other = run_json(capsys, "actions", "schedule", *acme, *at, "--thing", "b",
+                     "--tag", "podcast:43")  # fmt: skip
+    assert tagged["tags"] == ["podcast:42", "season-3"]
+    # When the calendar is listed by tag, and whole
+    until = ["--to", "2031-01-01T00:00:00Z"]
+    page = run_json(capsys, "actions", "list", *acme, *until, "--tag", "podcast:42")
+    assert [a["id"] for a in page["items"]] == [tagged["id"]]
+    code, out, _ = run(capsys, "actions", "list", *acme, *until)
+    # Then each line shows its tags
+    assert code == 0
+    assert out.splitlines()[1].split() == [
+        "id", "type", "target", "thing", "due", "(UTC)", "status", "tags", "error"]  # fmt: skip
+    lines = {line[:8]: line for line in out.splitlines()[2:]}
+    assert "podcast:42,season-3" in lines[tagged["id"][:8]]
+    assert "podcast:43" in lines[other["id"][:8]]
+    # A bad tag is the API's refusal
+    code, _, err = run(capsys, "actions", "schedule", *acme, *at, "--tag", "has space")
+    assert code == 1
+    assert "HTTP 422 invalid_input" in err
+    # A tagged recurring schedule shows its tags, and a cancel by tag pauses it, saying so
+    schedule = run_json(capsys, "api", "POST", "/v1/recurring", *acme, "--data", json.dumps({
+        "action_type": "webhook", "target_key": "primary", "rrule": "FREQ=DAILY;BYHOUR=9",
+        "timezone": "Europe/Paris", "tags": ["podcast:42"]}))  # fmt: skip
+    code, out, _ = run(capsys, "recurring", "list", *acme)
+    assert out.splitlines()[0].split()[-1] == "tags"
+    assert out.splitlines()[1].split()[-1] == "podcast:42"
+    code, out, _ = run(capsys, "actions", "cancel", *acme, "--tag", "podcast:42")
+    assert code == 0
+    assert out.strip().endswith(
+        f"; paused 1 recurring schedule ({schedule['id']}): they would have made more"
+    )
+    shown = run_json(capsys, "recurring", "show", schedule["id"][:8], *acme)
+    assert (shown["status"], shown["paused_reason"]) == (
+        "paused", "a bulk cancel by local-user of everything tagged podcast:42")  # fmt: skip
+
+
+def test_why_prints_every_time_in_one_named_zone(dev, capsys):
+    assert run(capsys, "token", "--workspace", "Acme", "--create", "--admin")[0] == 0
+    acme = ["--workspace", "Acme"]
+    created = run_json(capsys, "actions", "schedule", *acme, "--type", "webhook", "--target",
+                       "primary", "--at", "2030-01-01T09:00:00Z")  # fmt: skip
+    # By default the workspace's zone (UTC here), named
+    code, out, _ = run(capsys, "actions", "why", created["id"][:8], *acme)
+    assert code == 0
+    assert out.splitlines()[0].endswith("; times in UTC:")
+    # --timezone: the header, the left column and the sentences in it
+    code, out, _ = run(capsys, "actions", "why", created["id"], *acme, "--timezone", "Asia/Tokyo")
+    first, *steps = out.splitlines()
+    assert first.endswith("JST); times in Asia/Tokyo:")
+    due = next(line for line in steps if "Due at" in line)
+    assert due.split()[:3] == ["2030-01-01", "18:00:00", "JST"]
+    assert "Due at 2030-01-01 18:00:00 JST, in " in due
+    assert "UTC" not in out
+    # An unknown zone is the API's refusal, named as the flag
+    code, _, err = run(capsys, "actions", "why", created["id"], *acme, "--timezone", "Mars/X")
+    assert code == 1
+    assert "HTTP 422 invalid_timezone" in err

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -326,8 +327,73 @@ def test_a_refused_row_can_be_retried_and_then_says_so(api, acme, conn):
     again = why(acme, created["id"])
     assert again["status"] == "queued"
     assert codes(again)[:3] == ["created", "attempt", "retried"]
-    assert step(again, "retried")["text"].startswith("An admin retried it (retry 1 of 5)")
+    assert len(codes(again)) == 4  # the retry is told once, in the history
     assert codes(again)[3] in ("waiting_for_tick", "in_queue")  # due now
+
+
+def test_an_admins_retry_is_a_step_between_the_attempts_with_who_and_when(api, acme, conn):
+    # Given an action refused by attempt 1, then retried by alice
+    created = schedule(acme)
+    row = claimed(conn, created["id"])
+    refused = model.failed(row.id, "provider_rejected", "HTTP 422: inactive recipient")
+    finished(conn, refused._replace(attempt=call_of(1, "rejected", code="406")))
+    before = datetime.now(UTC)
+    status, retried = call("POST", f"/v1/actions/{created['id']}/retry", acme)
+    assert status == 200, retried
+    # When attempt 2 publishes it
+    finished(conn, model.published(claimed(conn, created["id"]).id, "msg-2"))
+    # Then the steps read in order, the retry with who and when between the attempts
+    answer = why(acme, created["id"])
+    assert codes(answer) == ["created", "attempt", "retried", "published"]
+    retry = step(answer, "retried")
+    assert before <= instant(retry["at"]) <= datetime.now(UTC)
+    assert retry["details"]["actor"] == "alice"
+    assert retry["text"].startswith(
+        "Retried by alice (retry 1 of 5 after provider_rejected): due again at "
+    )
+    assert step(answer, "published")["text"].endswith("by attempt 2 (provider id msg-2).")
+    # And the change log shows it too
+    status, detail = call("GET", f"/v1/actions/{created['id']}", acme)
+    assert [(c["kind"], c["actor"]) for c in detail["changes"]] == [("retry", "alice")]
+
+
+def test_a_bulk_retry_is_told_as_a_step_too(api, acme, conn):
+    created = schedule(acme)
+    row = claimed(conn, created["id"])
+    finished(conn, model.failed(row.id, "provider_rejected", "no")._replace(
+        attempt=call_of(1, "rejected")))  # fmt: skip
+    status, body = call("POST", "/v1/actions/bulk-retry", acme, {"error_code": "provider_rejected"})
+    assert (status, body["changed"]) == (200, 1), body
+    retry = step(why(acme, created["id"]), "retried")
+    assert retry["text"].startswith("Retried by alice (retry 1 of 5 after provider_rejected)")
+
+
+def test_the_answer_names_the_one_zone_its_sentences_use(api, acme):
+    # The workspace's zone by default (UTC here)
+    plain = schedule(acme)
+    answer = why(acme, plain["id"])
+    assert answer["timezone"] == "UTC"
+    assert step(answer, "due_later")["text"].startswith("Due at ")
+    assert " UTC, in " in step(answer, "due_later")["text"]
+    # The zone the action was scheduled in, when it was given a wall time in one
+    day = (datetime.now(UTC) + timedelta(days=3)).date().isoformat()
+    body = {"action_type": "log", "target_key": "t", "payload": {}, "date": day,
+            "time": "09:00", "timezone": "Europe/Paris"}  # fmt: skip
+    status, paris = call("POST", "/v1/actions", acme, body)
+    assert status == 201, paris
+    there = datetime.fromisoformat(f"{day}T09:00").replace(tzinfo=ZoneInfo("Europe/Paris"))
+    answer = why(acme, paris["id"])
+    assert answer["timezone"] == "Europe/Paris"
+    assert f"Due at {there:%Y-%m-%d %H:%M:%S %Z}, in " in step(answer, "due_later")["text"]
+    # The viewer's, when asked: every sentence's times in it
+    status, tokyo = call("GET", f"/v1/actions/{paris['id']}/why?timezone=Asia/Tokyo", acme)
+    assert (status, tokyo["timezone"]) == (200, "Asia/Tokyo")
+    seen = there.astimezone(ZoneInfo("Asia/Tokyo"))
+    assert f"Due at {seen:%Y-%m-%d %H:%M:%S} JST, in " in step(tokyo, "due_later")["text"]
+    assert f"{there:%Z}" not in json.dumps(tokyo["steps"])
+    # An unknown zone is the documented 422
+    status, refused = call("GET", f"/v1/actions/{paris['id']}/why?timezone=Mars/Olympus", acme)
+    assert (status, refused["error"]["code"]) == (422, "invalid_timezone")
 
 
 def test_a_cancelled_row_names_who_cancelled_it(api, acme, conn):

@@ -5,6 +5,7 @@ as a new user runs them."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import logging
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tickwork import cli
-from tickwork.cli import tables
+from tickwork.cli import actions, calls, tables
 from tickwork.local import logs
 from tickwork.local.receiver import ReceivedWebhook, describe
 from tickwork.platform.observability import logger
@@ -43,10 +44,10 @@ def test_a_duration_without_a_unit_is_refused(capsys, given):
 
 
 def test_durations_with_units_are_read():
-    assert cli.parse_in("30s").total_seconds() == 30
-    assert cli.parse_in("5m").total_seconds() == 300
-    assert cli.parse_in("1.5h").total_seconds() == 5400
-    assert cli.parse_in("1d").total_seconds() == 86400
+    assert actions.parse_in("30s").total_seconds() == 30
+    assert actions.parse_in("5m").total_seconds() == 300
+    assert actions.parse_in("1.5h").total_seconds() == 5400
+    assert actions.parse_in("1d").total_seconds() == 86400
 
 
 @pytest.mark.parametrize("hours", ["0", "-1", "nan", "soon", "100000"])
@@ -73,17 +74,55 @@ def test_when_and_payload_are_checked_in_flag_terms_before_any_call(capsys, extr
 
 
 def test_the_apis_field_names_read_as_the_commands_flags():
-    flags = cli.SCHEDULE_FLAGS
+    flags = actions.SCHEDULE_FLAGS
     assert (
-        cli.in_flag_terms("name the postmark connection to send through (connection_id)", flags)
+        calls.in_flag_terms("name the postmark connection to send through (connection_id)", flags)
         == "name the postmark connection to send through (--connection)"
     )
-    assert cli.in_flag_terms("time: must be HH:MM[:SS]", flags) == "--time: must be HH:MM[:SS]"
-    assert cli.in_flag_terms("no action_type 'x'; target_key primary", flags) == (
+    assert calls.in_flag_terms("time: must be HH:MM[:SS]", flags) == "--time: must be HH:MM[:SS]"
+    assert calls.in_flag_terms("no action_type 'x'; target_key primary", flags) == (
         "no --type 'x'; --target primary"
     )
     # plain words stay words where they are not the field
-    assert cli.in_flag_terms("at a time in the payload", flags) == "at a time in the payload"
+    assert calls.in_flag_terms("at a time in the payload", flags) == "at a time in the payload"
+
+
+# The commands in the order `tickwork --help` lists them, and the module of each.
+COMMANDS = {
+    "migrate": "ops", "dev": "local", "demo": "local", "console": "local", "token": "local",
+    "status": "ops", "redrive": "ops", "reset": "ops", "workspace": "workspace",
+    "actions": "actions", "api": "api", "recurring": "recurring", "rules": "rules",
+    "recipients": "recipients", "suppressions": "suppressions", "connections": "connections",
+}  # fmt: skip
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    [found] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(found.choices)
+
+
+def test_each_command_group_is_a_module_of_its_own_in_the_help_order():
+    commands = subcommands(cli.build_parser())
+    assert list(commands) == list(COMMANDS)
+    for name, sub in commands.items():
+        verbs = subcommands(sub) if sub.get_default("run") is None else {"": sub}
+        for verb, parser in verbs.items():
+            run = parser.get_default("run")
+            assert run.__module__ == f"tickwork.cli.{COMMANDS[name]}", (name, verb)
+
+
+def test_why_gives_every_time_in_the_answers_zone_and_names_it():
+    answer = {
+        "id": "0b6c7f7e", "status": "queued", "as_of": "2026-12-08T00:30:00+00:00",
+        "timezone": "Europe/Paris",
+        "steps": [{"code": "created", "at": "2026-12-07T23:00:00+00:00", "text": "Created."},
+                  {"code": "held", "at": None, "text": "Held."}],
+    }  # fmt: skip
+    assert actions.why_text(answer).splitlines() == [
+        "action 0b6c7f7e is queued (as of 2026-12-08 01:30:00 CET); times in Europe/Paris:",
+        "  2026-12-08 00:00:00 CET  Created.",
+        "  now                      Held.",
+    ]
 
 
 def test_values_print_as_text_or_json_never_a_python_repr():

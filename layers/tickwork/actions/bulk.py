@@ -16,6 +16,11 @@ tick or dispatcher holds this instant is theirs), as many as fit in the call's r
 pending set, so no cursor is needed: `next` only says that more is left, and the next call
 takes what is. A campaign's (or a recipient's) running enrollments are exited first, by the
 caller's `exits` step (sequences live above this package), so none makes its next step.
+Likewise a cancel by tag or by recipient first pauses the active recurring schedules that
+carry the tag or send to the recipient (the caller's `pauses` step), so none makes its next
+occurrences; not when the cancel names a due range (`due_from`, `due_to`): that cancels a
+window, and the schedules go on after it. A paused schedule is no longer active, so a
+later call pauses nothing twice.
 """
 
 from __future__ import annotations
@@ -105,6 +110,8 @@ class Result:
     next: str | None = None
     changed_ids: list[UUID] = field(default_factory=list)
     exited: int = 0  # enrollments a cancel by campaign or recipient exited
+    # recurring schedules a cancel by tag or recipient paused
+    paused_schedules: list[UUID] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +126,15 @@ class Exits:
 
 # Exit up to n running enrollments of the filter's campaign or recipient.
 ExitStep = Callable[[int], Exits]
+# Pause up to n active recurring schedules of the filter's tag or recipient: their ids.
+PauseStep = Callable[[int], list[UUID]]
+
+
+def pauses_schedules(where: Filter) -> bool:
+    """Whether a cancel pauses the recurring schedules of its parent: by tag or recipient,
+    and not of a due range only."""
+    by_parent = where.tag is not None or where.recipient_id is not None
+    return by_parent and where.due_from is None and where.due_to is None
 
 
 def check(
@@ -200,12 +216,15 @@ def cancel_matching(
     limit: int | None = None,
     after: str | None = None,
     exits: ExitStep | None = None,
+    pauses: PauseStep | None = None,
     budget_seconds: float = BUDGET_SECONDS,
     clock: Callable[[], float] = time.monotonic,
 ) -> Result:
     """queued → cancelled for the next `limit` rows matching `where` after the cursor; or,
     when `where` names a parent, for its pending rows within the call's budgets (`exits`
-    first exits the campaign's or recipient's running enrollments: required for those)."""
+    first exits the campaign's or recipient's running enrollments: required for those;
+    `pauses` first pauses the tag's or recipient's recurring schedules, where
+    `pauses_schedules` says so)."""
     parents = where.parents()
     if limit is None:
         limit = DEFAULT_PARENT_LIMIT if parents else DEFAULT_LIMIT
@@ -215,11 +234,11 @@ def cancel_matching(
     needs_exits = where.campaign_id is not None or where.recipient_id is not None
     if needs_exits and exits is None:
         raise ValueError("a cancel by campaign or recipient needs the exits step")
+    steps = _Steps(exits if needs_exits else None, pauses if pauses_schedules(where) else None)
     with _by_index_only(conn, bitmap_only=parents[0] == "tag"):
         return _cancel_parent(
-            conn, workspace_id, where, limit, exits if needs_exits else None,
-            clock() + budget_seconds, clock,
-        )  # fmt: skip
+            conn, workspace_id, where, limit, steps, clock() + budget_seconds, clock
+        )
 
 
 @contextmanager
@@ -233,18 +252,35 @@ def _by_index_only(conn: Connection, *, bitmap_only: bool) -> Iterator[None]:
         conn.execute(_RESTORE_SCANS, {"seqscan": was[0], "indexscan": was[1]})
 
 
+@dataclass(frozen=True, slots=True)
+class _Steps:
+    """What a cancel by parent does before its rows: exit enrollments, pause schedules."""
+
+    exits: ExitStep | None
+    pauses: PauseStep | None
+
+
 def _cancel_parent(
-    conn: Connection, workspace_id: UUID, where: Filter, limit: int, exits: ExitStep | None,
+    conn: Connection, workspace_id: UUID, where: Filter, limit: int, first: _Steps,
     deadline: float, clock: Callable[[], float],
 ) -> Result:  # fmt: skip
-    """Batches until the row budget, the time budget or the parent's pending rows run out."""
+    """Batches until the row budget, the time budget or the parent's pending rows run out:
+    schedules paused first (each counts as a row), then enrollments exited, then rows."""
     spent = matched = exited = steps = 0
     ids: list[UUID] = []
-    exiting = exits is not None
+    paused: list[UUID] = []
+    exits, pauses = first.exits, first.pauses
+    exiting, pausing = exits is not None, pauses is not None
     parent = where.parents()[0]
     params = _parent_params(workspace_id, where)
     while spent < limit and clock() < deadline:
         take = min(PARENT_BATCH, limit - spent)
+        if pauses is not None and pausing:
+            batch = pauses(take)
+            paused += batch
+            spent += len(batch)
+            pausing = len(batch) == take
+            continue
         if exits is not None and exiting:
             step = exits(take)
             spent += step.taken
@@ -264,7 +300,7 @@ def _cancel_parent(
         ids.extend(row["ids"])
         if row["matched"] < take:
             break
-    more = exiting or (parent != "campaign_id" and _pending(conn, parent, params))
+    more = pausing or exiting or (parent != "campaign_id" and _pending(conn, parent, params))
     changed = len(ids) + steps
     return Result(
         matched=matched,
@@ -273,6 +309,7 @@ def _cancel_parent(
         next=paging.encode_cursor(*_START) if more else None,
         changed_ids=ids,
         exited=exited,
+        paused_schedules=paused,
     )
 
 

@@ -4,10 +4,11 @@ steps, each a machine-readable code, a time (or none), one plain sentence and a 
 What it can tell comes from what is stored, read in one statement (`read`): the row (its
 source, times, attempt count, backoff, error), what made it (a rule, a drip step, a
 recurring schedule, an intent, a person through the API), its change log (cancels,
-reschedules with their lineage, quiet-hours moves, defers, skips, drops, exits, and who made
-each), and its provider calls from the delivery ledger. Beside the data, `explain` reads
-the deployment's settings (the kill switch and paused types, timeouts, lateness) and, for a
-row the resolver may settle, whether its provider can be asked (`lookup_retention`).
+reschedules with their lineage, quiet-hours moves, defers, skips, drops, exits, admins'
+retries, and who made each), and its provider calls from the delivery ledger. Beside the
+data, `explain` reads the deployment's settings (the kill switch and paused types, timeouts,
+lateness) and, for a row the resolver may settle, whether its provider can be asked
+(`lookup_retention`).
 
 The history comes first, oldest first; then where the row stands now and what happens next.
 Only sanitized text is shown: codes, the ledger's excerpts, `last_error` and the change
@@ -275,6 +276,14 @@ def _change(c: Change, words: _Words) -> Step:
         text = f"Held back by a rate limit when it fell due: {c.reason}{again}."
         details |= {"old_at": c.old_at, "new_at": c.new_at}
         return Step("throttled", c.created_at, text, details)
+    if c.kind == "retry":
+        # Written by the retry itself (migration 0041): the reason says which retry, of how
+        # many, and the failure it retried.
+        said = f" ({c.reason})" if c.reason else ""
+        again = f": due again at {words.when(c.new_at)}" if c.new_at else ""
+        text = f"Retried by {who(c.actor)}{said}{again}."
+        details |= {"old_at": c.old_at, "new_at": c.new_at}
+        return Step("retried", c.created_at, text, details)
     if c.kind == "reschedule":
         details |= {"old_at": c.old_at, "new_at": c.new_at, "rescheduled_to": c.new_action_id}
         to = f" to {words.when(c.new_at)}" if c.new_at else ""
@@ -450,6 +459,10 @@ def _why_again(c: _Context) -> Step | None:
     if last is not None and last.resolution == "requeued":
         return None
     if a.last_error is None and a.manual_retries > 0:
+        logged = next((x for x in reversed(c.facts.changes) if x.kind == "retry"), None)
+        if logged is not None and logged.new_at == a.next_attempt_at:
+            return None  # the history tells it, with who and when
+        # A retry from before the change log recorded them: who is not known.
         return Step(
             "retried",
             None,
@@ -708,6 +721,12 @@ _NOW = {
 }
 
 
+def sentence_zone(action: Action, default: ZoneInfo) -> ZoneInfo:
+    """The zone the sentences give times in when the viewer names none: the one the action
+    was scheduled in, else `default` (the workspace's)."""
+    return ZoneInfo(action.timezone) if action.timezone else default
+
+
 def explain(
     facts: Facts,
     settings: Settings,
@@ -715,11 +734,12 @@ def explain(
     tz: ZoneInfo,
     *,
     lookup_retention: timedelta | None = None,
+    viewer: ZoneInfo | None = None,
 ) -> list[Step]:
     """The steps that explain the action's status: its history, then where it stands.
-    `tz`: the zone the sentences give times in; `lookup_retention`: how long its provider
-    can say whether a message arrived (None: it cannot), for a row the resolver may settle."""
-    zone = ZoneInfo(facts.action.timezone) if facts.action.timezone else tz
-    words = _Words(zone, now)
+    `tz`: the workspace's zone; the sentences give times in `viewer`'s when given, else in
+    `sentence_zone`'s; `lookup_retention`: how long its provider can say whether a message
+    arrived (None: it cannot), for a row the resolver may settle."""
+    words = _Words(viewer or sentence_zone(facts.action, tz), now)
     context = _Context(facts, settings, words, lookup_retention)
     return history(facts, words) + _NOW[facts.action.status](context)

@@ -20,6 +20,7 @@ from tickwork.api.models import (
     ActionPage,
     BucketCountOut,
     BulkCancelIn,
+    BulkCancelOut,
     BulkOut,
     BulkRetryIn,
     CalendarRange,
@@ -43,6 +44,7 @@ from tickwork.ledger.attempts import attempts_of
 from tickwork.platform.errors import ConflictError, NotFoundError
 from tickwork.platform.wallclock import describe_resolution, instant_of, zone
 from tickwork.recipients.policy import zone_for
+from tickwork.recurring import store as recurring
 from tickwork.sequences import store as sequences
 
 router = Router()
@@ -269,20 +271,33 @@ def get_action(action_id: str, workspace: WorkspaceHeader) -> ActionDetailOut:
     summary="Why an action is where it is (why not yet?): its status and the steps that tell it",
     responses=responses(200, WhyOut, "its status, and its history then where it stands"),
 )
-def why_action(action_id: str, workspace: WorkspaceHeader) -> WhyOut:
+def why_action(
+    action_id: str,
+    workspace: WorkspaceHeader,
+    timezone: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="the zone the sentences give every time in (the viewer's); default:"
+            " the zone the action was scheduled in, else the workspace's",
+        ),
+    ] = None,
+) -> WhyOut:
     request = scope(router)
+    viewer = zone(timezone) if timezone is not None else None
     facts = why.read(request.conn, request.caller.workspace_id, _action_id(action_id))
     if facts is None:
         raise NotFoundError(f"no action {action_id} in this workspace")
     retention = None
     if why.needs_resolver(facts.action):
         retention = retention_of(request.conn, request.runtime, facts.action)
+    shown = viewer or why.sentence_zone(facts.action, request.caller.timezone)
     steps = why.explain(
         facts, request.runtime.settings, request.now, request.caller.timezone,
-        lookup_retention=retention,
+        lookup_retention=retention, viewer=shown,
     )  # fmt: skip
     return WhyOut(
-        id=facts.action.id, status=facts.action.status, as_of=request.now,
+        id=facts.action.id, status=facts.action.status, as_of=request.now, timezone=shown.key,
         steps=[WhyStepOut.of(s) for s in steps],
     )  # fmt: skip
 
@@ -349,9 +364,11 @@ def retry_action(action_id: str, workspace: WorkspaceHeader) -> ActionOut:
 @router.post(
     "/v1/actions/bulk-cancel",
     summary="Cancel the queued actions matching a filter, a bounded batch a call",
-    responses=responses(200, BulkOut, "what this call did, and where to go on from"),
+    responses=responses(
+        200, BulkCancelOut, "what this call did, the schedules it paused, where to go on from"
+    ),
 )
-def bulk_cancel(body: BulkCancelIn, workspace: WorkspaceHeader) -> BulkOut:
+def bulk_cancel(body: BulkCancelIn, workspace: WorkspaceHeader) -> BulkCancelOut:
     request = scope(router)
     where = body.where()
     workspace_id, actor = request.caller.workspace_id, request.caller.user_id
@@ -362,11 +379,18 @@ def bulk_cancel(body: BulkCancelIn, workspace: WorkspaceHeader) -> BulkOut:
             recipient_id=where.recipient_id, limit=limit, reason="bulk cancel", actor=actor,
         )  # fmt: skip
 
+    def pauses(limit: int) -> list[UUID]:
+        return recurring.pause_of_parent(
+            request.conn, workspace_id, tag=where.tag, recipient_id=where.recipient_id,
+            action_type=where.action_type, target_key=where.target_key,
+            thing_id=where.thing_id, actor=actor, now=request.now, limit=limit,
+        )  # fmt: skip
+
     result = bulk.cancel_matching(
         request.conn, workspace_id, where, status=body.status, limit=body.limit,
-        after=body.after, exits=exits,
+        after=body.after, exits=exits, pauses=pauses,
     )  # fmt: skip
-    return BulkOut.of(result)
+    return BulkCancelOut.of(result)
 
 
 @router.post(

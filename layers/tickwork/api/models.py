@@ -208,8 +208,7 @@ class WhyStepOut(BaseModel):
         description="when it happened, or happens next (UTC); null when it holds now"
     )
     text: str = Field(
-        description="the step in one plain sentence; its times in the zone the action was"
-        " scheduled in (else the workspace's)"
+        description="the step in one plain sentence; its times in the answer's `timezone`"
     )
     details: dict[str, Any] = Field(
         default_factory=dict, description="the values behind the sentence: ids, times, codes"
@@ -226,6 +225,11 @@ class WhyOut(BaseModel):
     id: UUID
     status: Status
     as_of: datetime = Field(description="the time the answer was made (UTC)")
+    timezone: str = Field(
+        description="the zone every sentence gives its times in: the `timezone` asked for,"
+        " else the zone the action was scheduled in, else the workspace's",
+        examples=["Europe/Paris"],
+    )
     steps: list[WhyStepOut] = Field(
         description="its history, oldest first, then where it stands and what happens next"
     )
@@ -399,6 +403,22 @@ class BulkOut(BaseModel):
             matched=result.matched, changed=result.changed, skipped=result.skipped,
             refused=result.refused, next=result.next, exited=result.exited,
         )  # fmt: skip
+
+
+class BulkCancelOut(BulkOut):
+    """What one bulk cancel did, and the recurring schedules it paused."""
+
+    paused_schedules: list[UUID] = Field(
+        default_factory=list,
+        description="a cancel by tag or recipient (without due_from or due_to): the active"
+        " recurring schedules this call paused, which carry the tag or send to the"
+        " recipient (they would make new occurrences); their `paused_reason` names the"
+        " cancel. A later call pauses none twice",
+    )
+
+    @classmethod
+    def of(cls, result: bulk.Result) -> BulkCancelOut:
+        return cls(**BulkOut.of(result).model_dump(), paused_schedules=result.paused_schedules)
 
 
 class StatusCount(BaseModel):

@@ -35,6 +35,7 @@ ChangeKind = Literal[
     "digest",
     "flush",
     "throttled",
+    "retry",
 ]
 
 # ------------------------------------------------------------------------------ recipients

@@ -77,6 +77,11 @@ def _verified(connection: dict[str, Any]) -> str:
     return ("ok " if connection["verify_ok"] else "FAILED ") + utc(connection.get("verified_at"))
 
 
+def tags(item: dict[str, Any]) -> str:
+    """An action's or a schedule's tags, comma-separated (`-` for none)."""
+    return ",".join(item.get("tags") or []) or "-"
+
+
 RECURRING: list[Column] = [
     ("id", 10, lambda s: s["id"][:8]),
     ("type", 12, lambda s: s["action_type"]),
@@ -86,6 +91,7 @@ RECURRING: list[Column] = [
     ("from (local)", 21, lambda s: s["dtstart"][:19].replace("T", " ")),
     ("zone", 20, lambda s: s["timezone"]),
     ("failures", 9, lambda s: s["consecutive_failures"]),
+    ("tags", 26, tags),
 ]
 RULES: list[Column] = [
     ("id", 10, lambda r: r["id"][:8]),

@@ -78,6 +78,7 @@ _LIST = query("list_schedules")
 _UPDATE_DEFINITION = query("update_schedule_definition")
 _RECORD_EXPANSION = query("record_expansion")
 _PAUSE = query("pause_schedule")
+_PAUSE_OF_PARENT = query("pause_schedules_of_parent")
 _RESUME = query("resume_schedule")
 _END = query("end_schedule")
 _LOCK_TO_EXPAND = query("lock_schedule_to_expand")
@@ -777,6 +778,29 @@ def pause_schedule(
         schedule = _transitioned(paused, current, "paused")
         cancelled = _cancel_undue(conn, schedule.id, now)
     return ScheduleResult(schedule, cancelled=tuple(cancelled))
+
+
+def pause_of_parent(
+    conn: Connection, workspace_id: UUID, *, tag: str | None, recipient_id: str | None,
+    action_type: str | None, target_key: str | None, thing_id: str | None, actor: str,
+    now: datetime, limit: int,
+) -> list[UUID]:  # fmt: skip
+    """active → paused for at most `limit` active schedules that carry `tag`, or send to
+    `recipient_id` (one of them), and match the other filters: what a bulk cancel of the
+    tag or recipient by `actor` calls, so that no schedule makes the occurrences it cancels
+    again; the reason says so. Their queued rows are left to the cancel, which takes them
+    all. The ids paused; a second call pauses none of them again."""
+    if (tag is None) == (recipient_id is None):
+        raise ValueError("pause the schedules of one tag or one recipient")
+    now = require_aware(now, field="now")
+    what = f"tagged {tag}" if tag is not None else f"for recipient {recipient_id}"
+    reason = f"a bulk cancel by {actor} of everything {what}"
+    params = {
+        "workspace_id": workspace_id, "tag": tag, "recipient_id": recipient_id,
+        "action_type": action_type, "target_key": target_key, "thing_id": thing_id,
+        "reason": reason, "now": now, "limit": limit,
+    }  # fmt: skip
+    return [row[0] for row in conn.execute(_PAUSE_OF_PARENT, params).fetchall()]
 
 
 def resume_schedule(

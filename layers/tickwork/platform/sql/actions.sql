@@ -43,14 +43,29 @@ where a.id = %(id)s and a.workspace_id = %(workspace_id)s
 
 -- name: retry_action
 -- failed -> queued, same row, bounded by manual_retries. Due at once: next_attempt_at = now().
-with changed as (
-    update scheduled_actions
+-- The change log records the retry in the same statement (migration 0041): who (the API's
+-- caller), which retry, the failure it retries, and the old and new due times.
+with failed as (
+    select id, workspace_id, error_code, coalesce(next_attempt_at, publish_at) as due_at
+    from scheduled_actions
+    where id = %(id)s and workspace_id = %(workspace_id)s and status = 'failed'
+), changed as (
+    update scheduled_actions a
     set updated_at = now(), status = 'queued', manual_retries = manual_retries + 1, error_code = null,
         last_error = null, next_attempt_at = now(), enqueued_at = null, submitted_at = null,
         finished_at = null, provider_id = null
-    where id = %(id)s and workspace_id = %(workspace_id)s and status = 'failed'
-      and manual_retries < %(max_manual_retries)s
-    returning *
+    from failed f
+    where a.id = f.id and a.workspace_id = f.workspace_id and a.status = 'failed'
+      and a.manual_retries < %(max_manual_retries)s
+    returning a.*
+), logged as (
+    insert into action_changes (workspace_id, action_id, kind, actor, reason, old_at, new_at)
+    select c.workspace_id, c.id, 'retry', tickwork_actor(c.source),
+           'retry ' || c.manual_retries || ' of ' || %(max_manual_retries)s::int || ' after '
+               || coalesce(f.error_code, 'a failure'),
+           f.due_at, c.next_attempt_at
+    from changed c
+    join failed f on f.id = c.id
 )
 select true as changed, changed.* from changed
 union all
@@ -474,9 +489,11 @@ select (select count(*) from batch)::int as matched,
 -- active or published row, or an earlier row of this batch takes them: the active-row index
 -- and the publish guard would refuse it, and one refusal would fail the whole batch). A row
 -- that moved on since it was read is left alone by the update's status check (skipped).
+-- Each retry is written to the change log in the same statement.
 with picked as (
     select a.id, a.publish_at, a.action_type, a.thing_id, a.target_key,
-           a.recurring_schedule_id,
+           a.recurring_schedule_id, a.error_code,
+           coalesce(a.next_attempt_at, a.publish_at) as due_at,
            a.manual_retries >= %(max_manual_retries)s as exhausted,
            (a.thing_id is not null and a.recurring_schedule_id is null and exists (
                select 1 from scheduled_actions o
@@ -514,7 +531,16 @@ with picked as (
     where a.id = b.id and a.workspace_id = %(workspace_id)s and a.status = 'failed'
       and a.manual_retries < %(max_manual_retries)s
       and not b.exhausted and not b.taken
-    returning a.id
+    returning a.id, a.workspace_id, a.source, a.manual_retries, a.next_attempt_at
+), logged as (
+    -- Each retry in the change log, as retry_action writes it (migration 0041).
+    insert into action_changes (workspace_id, action_id, kind, actor, reason, old_at, new_at)
+    select c.workspace_id, c.id, 'retry', tickwork_actor(c.source),
+           'retry ' || c.manual_retries || ' of ' || %(max_manual_retries)s::int || ' after '
+               || coalesce(p.error_code, 'a failure'),
+           p.due_at, c.next_attempt_at
+    from changed c
+    join picked p on p.id = c.id
 ), last as (
     select publish_at, id from batch order by publish_at desc, id desc limit 1
 )

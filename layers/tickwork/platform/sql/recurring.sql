@@ -74,6 +74,34 @@ set status = 'paused', paused_reason = %(reason)s, paused_at = %(now)s,
 where id = %(id)s and status = 'active'
 returning *
 
+-- name: pause_schedules_of_parent
+-- active -> paused for at most `limit` of a workspace's schedules that carry a tag, or
+-- whose occurrences go to a recipient (a bulk cancel of that tag or recipient: it cancels
+-- their queued occurrences, and an active schedule would make the next ones). As
+-- pause_schedule does for one, nothing is materialized past the pause. The rows are locked
+-- in id order (an expansion or an edit in progress is waited for: it is short), and the
+-- update names the status it expects, so a second call pauses nothing twice. A
+-- workspace's schedules are few (a quota): its range of the (workspace_id, id) index.
+with picked as (
+    select id
+    from recurring_schedules
+    where workspace_id = %(workspace_id)s and status = 'active'
+      and (%(tag)s::text is null or tags @> array[%(tag)s::text])
+      and (%(recipient_id)s::text is null or recipient_id = %(recipient_id)s)
+      and (%(action_type)s::text is null or action_type = %(action_type)s)
+      and (%(target_key)s::text is null or target_key = %(target_key)s)
+      and (%(thing_id)s::text is null or thing_id = %(thing_id)s)
+    order by id
+    limit %(limit)s
+    for update
+)
+update recurring_schedules s
+set status = 'paused', paused_reason = %(reason)s, paused_at = %(now)s,
+    last_materialized_through = least(s.last_materialized_through, %(now)s)
+from picked p
+where s.id = p.id and s.workspace_id = %(workspace_id)s and s.status = 'active'
+returning s.id
+
 -- name: resume_schedule
 -- paused -> active, with a fresh failure count (and, for a schedule that renders its
 -- payload, its occurrences counted again up to where it resumes from).

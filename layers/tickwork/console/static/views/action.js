@@ -152,7 +152,7 @@ function changesTable(changes, zone) {
 export async function render(ctx, rest) {
   const id = rest[0];
   const zone = ctx.zone;
-  const [action, why] = await Promise.all([api("GET", `/v1/actions/${encodeURIComponent(id)}`), api("GET", `/v1/actions/${encodeURIComponent(id)}/why`)]);
+  const [action, why] = await Promise.all([api("GET", `/v1/actions/${encodeURIComponent(id)}`), api("GET", `/v1/actions/${encodeURIComponent(id)}/why?timezone=${encodeURIComponent(zone)}`)]);
   // Its connection's name (a deleted one is a 404: then its id is shown).
   const connection = action.connection_id
     ? await api("GET", `/v1/connections/${encodeURIComponent(action.connection_id)}`).catch(() => null)
