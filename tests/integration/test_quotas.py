@@ -155,6 +155,25 @@ def test_the_cap_counts_count_the_workspace_alone(conn, crowded_rules):
     quotas.check_recipients(conn, crowded_rules, off)
 
 
+def test_the_suppression_count_reads_the_workspaces_entries_through_an_index(conn):
+    mine, theirs = make_workspace(conn, "Mine"), make_workspace(conn, "Theirs")
+    for workspace, entries in ((mine, 300), (theirs, 30_000)):
+        conn.execute(
+            "insert into suppressions (workspace_id, channel, address, scope, reason, source)"
+            " select %s, 'email', 'a' || g || '@example.com', 'all', 'manual', 'user:u'"
+            " from generate_series(1, %s) g",
+            (workspace, entries),
+        )
+    conn.execute("vacuum analyze suppressions")
+    plan = plan_of(conn, query("count_suppressions"), {"workspace_id": mine, "cap": 301})
+    assert {"suppressions_pkey", "ix_suppressions_created"} & index_scans(plan), plan
+    assert "suppressions" not in seq_scans(plan)
+    quotas.check_suppressions(conn, mine, limits(suppressions=300))
+    with pytest.raises(QuotaExceededError, match="more than 299 entries"):
+        quotas.check_suppressions(conn, mine, limits(suppressions=299))
+    quotas.check_suppressions(conn, mine, limits(suppressions=0))
+
+
 def test_every_api_connection_shares_one_count_of_actions_created(database_url, workspace):
     away_from_a_minute_boundary()
     ten = limits(actions_per_minute=10)
