@@ -634,8 +634,12 @@ def test_hostile_bodies_with_valid_postmark_credentials_are_400_and_change_nothi
                             headers={"Content-Type": "application/json"})  # fmt: skip
         refused_as(answer, 400, "bad_request")
     # Credentials that are not ASCII are not ours: 401, not a 500
-    garbled = httpx.post(url, content=good.encode(), timeout=10, headers={
-        "Authorization": "Basic é".encode("latin-1"), "Content-Type": "application/json"})
+    garbled = httpx.post(
+        url,
+        content=good.encode(),
+        timeout=10,
+        headers={"Authorization": "Basic é".encode("latin-1"), "Content-Type": "application/json"},
+    )
     refused_as(garbled, 401, "callback_unverified")
     assert attempts_table(api) == before
     assert suppressions(api) == []
@@ -653,9 +657,11 @@ def test_a_signed_twilio_callback_with_a_nul_is_400_and_changes_nothing(api, fak
     row = sent(api, "sms", SMS, connection["id"])
     url = f"{api.url}/v1/callbacks/{connection['id']}"
     before = attempts_table(api)
-    for form in ({"MessageSid": "SM\x00x", "MessageStatus": "delivered"},
-                 twilio_status(row["provider_id"], "delivered", ErrorCode="3\x000"),
-                 {"MessageSid": "SM" + "5" * 32, "Body": "STOP\x00", "From": SMS["to"]}):
+    for form in (
+        {"MessageSid": "SM\x00x", "MessageStatus": "delivered"},
+        twilio_status(row["provider_id"], "delivered", ErrorCode="3\x000"),
+        {"MessageSid": "SM" + "5" * 32, "Body": "STOP\x00", "From": SMS["to"]},
+    ):
         body = urlencode(form)
         assert "%00" in body
         answer = httpx.post(url, content=body, headers=twilio_signed(url, form), timeout=10)
@@ -670,8 +676,11 @@ def test_a_callback_secret_is_made_only_for_a_connection_that_uses_one(api, fake
     webhook = api.admin.call("POST", "/v1/connections", json={
         "name": "Hook", "provider": "webhook", "settings": {"url": "http://93.184.215.14/"},
         "credentials": {"signing_secret": SECRET}})  # fmt: skip
-    for body, says in ((twilio_connection(), "X-Twilio-Signature"),
-                       (ses_connection(), "SNS signs"), (None, "sends no status callbacks")):
+    for body, says in (
+        (twilio_connection(), "X-Twilio-Signature"),
+        (ses_connection(), "SNS signs"),
+        (None, "sends no status callbacks"),
+    ):
         connection = api.admin.call("POST", "/v1/connections", json=body) if body else webhook
         answer = api.admin.http.post(f"/v1/connections/{connection['id']}/callback-secret")
         message = refused_as(answer, 422, "callback_secret_unused")

@@ -205,19 +205,9 @@ def _fetch_key(url: str, settings: Settings) -> rsa.RSAPublicKey:
     return key
 
 
-def verify(request: CallbackRequest, topic_arn: str, settings: Settings) -> SnsMessage:
-    """The message, once its signature verifies with SNS's certificate and it comes from
-    the connection's topic."""
-    message = json_object(request.body, WHAT)
-    kind = text_field(message, "Type", WHAT, 64)
-    if kind not in FIELDS:
-        raise MalformedCallbackError(f"{kind[:40]!r} is not a type of SNS message", field="Type")
-    for name in ("Signature", "SigningCertURL", "SignatureVersion"):
-        # Unsigned is unverified (401), as forged is; a signed message's fields are read next
-        if not isinstance(message.get(name), str) or not message[name]:
-            raise CallbackUnverifiedError(f"the SNS message is not signed: it has no {name}")
-    for name in ("MessageId", "Timestamp", "TopicArn", "Message"):
-        text_field(message, name, WHAT, 300_000)
+def _check_signature(message: dict[str, Any], settings: Settings) -> None:
+    """The message's signature verifies with the certificate at its SigningCertURL, one of
+    SNS's own."""
     version = str(message.get("SignatureVersion"))
     algorithm: hashes.HashAlgorithm
     if version == "1":
@@ -241,6 +231,22 @@ def verify(request: CallbackRequest, topic_arn: str, settings: Settings) -> SnsM
         key.verify(signature, string_to_sign(message), padding.PKCS1v15(), algorithm)
     except InvalidSignature as exc:
         raise CallbackUnverifiedError("the SNS signature does not verify") from exc
+
+
+def verify(request: CallbackRequest, topic_arn: str, settings: Settings) -> SnsMessage:
+    """The message, once its signature verifies with SNS's certificate and it comes from
+    the connection's topic."""
+    message = json_object(request.body, WHAT)
+    kind = text_field(message, "Type", WHAT, 64)
+    if kind not in FIELDS:
+        raise MalformedCallbackError(f"{kind[:40]!r} is not a type of SNS message", field="Type")
+    for name in ("Signature", "SigningCertURL", "SignatureVersion"):
+        # Unsigned is unverified (401), as forged is; a signed message's fields are read next
+        if not isinstance(message.get(name), str) or not message[name]:
+            raise CallbackUnverifiedError(f"the SNS message is not signed: it has no {name}")
+    for name in ("MessageId", "Timestamp", "TopicArn", "Message"):
+        text_field(message, name, WHAT, 300_000)
+    _check_signature(message, settings)
     sent = instant(message["Timestamp"])
     if sent is None or sent < datetime.now(UTC) - timedelta(days=settings.callback_receipt_days):
         # Older than the receipts that tell a replay from a new message: refused.
