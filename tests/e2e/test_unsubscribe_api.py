@@ -250,8 +250,10 @@ def test_a_post_without_list_unsubscribe_one_click_is_refused_and_writes_nothing
         {"data": {"List-Unsubscribe": "Yes"}},
         {"data": {"Unsubscribe": "One-Click"}},
         {"content": "List-Unsubscribe=One-Click", "headers": {"content-type": "text/plain"}},
-        {"content": "List-Unsubscribe=One-Click", "headers": {
-            "content-type": "multipart/form-data; boundary=x"}},
+        {
+            "content": "List-Unsubscribe=One-Click",
+            "headers": {"content-type": "multipart/form-data; boundary=x"},
+        },
     ]
     for kwargs in tries:
         # When it is posted, then it is a 400 naming the field, and nothing is written

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import email
 import email.errors
+import email.message
 import html
 import json
 from http import HTTPStatus
@@ -119,6 +120,8 @@ def _form_fields(content_type: str, body: str) -> list[tuple[str, str]]:
         parts = message.get_payload() if message.is_multipart() else []
         fields: list[tuple[str, str]] = []
         for part in parts if isinstance(parts, list) else []:
+            if not isinstance(part, email.message.Message):
+                continue
             name = part.get_param("name", header="content-disposition")
             value = part.get_payload()
             if isinstance(name, str) and isinstance(value, str):
