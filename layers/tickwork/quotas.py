@@ -15,7 +15,12 @@
 - actions the API's requests create per minute, counted in the database in the request's
   transaction before it commits. Rows the crons make (the expander's occurrences, the
   reconciler's intents and drip steps) are neither counted nor refused: their sources were
-  checked when written, and a cron's row is never lost to a quota.
+  checked when written, and a cron's row is never lost to a quota;
+- suppression-list entries, checked as one is added through the API. Entries a person or a
+  provider asked for (an unsubscribe link, a bounce, a complaint, a STOP reply) are counted
+  but never refused: consent is never lost to a quota;
+- digests collecting (open, their action still queued), checked after an API event opened
+  one, before it commits (an event that would pass the quota is refused whole).
 
 Each refusal says what the limit is, where the workspace stands, and what to do.
 Settings hold the stack's defaults (`quota_*`); an operator overrides any of them for one
@@ -44,6 +49,8 @@ _COUNT_CREATED = query("count_actions_created")
 _COUNT_RULES = query("count_rules")
 _COUNT_EVENT_RULES = query("count_event_rules")
 _COUNT_RECIPIENTS = query("count_recipients")
+_COUNT_SUPPRESSIONS = query("count_suppressions")
+_COUNT_DIGESTS = query("count_open_digests")
 _WORKSPACE_LIMITS = query("workspace_limits")
 _SET_LIMITS = query("set_workspace_limits")
 
@@ -65,6 +72,8 @@ class Limits:
     recipients: int
     actions_per_event: int
     actions_per_minute: int
+    suppressions: int
+    digests: int
     # The quotas set for this workspace (the others are the stack's defaults).
     overridden: frozenset[str] = frozenset()
 
@@ -233,6 +242,42 @@ def check_recipients(conn: Connection, workspace_id: UUID, limits: Limits) -> No
             f"the workspace would have more than {limit} recipients, its quota; delete those"
             f" you no longer send to first{_MORE}",
             details={"quota": "recipients", "limit": limit},
+        )
+
+
+def check_suppressions(conn: Connection, workspace_id: UUID, limits: Limits) -> None:
+    """After the API added an entry to the suppression list, in its transaction: refuse
+    (and so roll back) one over the workspace's quota. Entries from links and providers'
+    callbacks never call this."""
+    limit = limits.suppressions
+    if limit == 0:
+        return
+    held = _count(conn, _COUNT_SUPPRESSIONS, {"workspace_id": workspace_id, "cap": limit + 1})
+    if held > limit:
+        raise QuotaExceededError(
+            f"the workspace's suppression list would have more than {limit} entries, its"
+            f" quota; remove those no longer needed first{_MORE}",
+            details={"quota": "suppressions", "limit": limit},
+        )
+
+
+def check_digests(
+    conn: Connection, workspace_id: UUID, limits: Limits, created: Collection[UUID]
+) -> None:
+    """After an event made the actions `created`, in its transaction: when one of them is a
+    new digest's, refuse (and so roll back the whole event) if the workspace now has more
+    digests collecting than its quota."""
+    limit = limits.digests
+    if limit == 0 or not created:
+        return
+    held = _count(conn, _COUNT_DIGESTS, {"workspace_id": workspace_id, "cap": limit + 1,
+                                         "created": list(created)})  # fmt: skip
+    if held > limit:
+        raise QuotaExceededError(
+            f"this event would open a digest, and the workspace would have more than {limit}"
+            " digests collecting, its quota: nothing was made. Flush or cancel open digests"
+            f" (POST /v1/digests/{{id}}/flush), or use fewer digest keys{_MORE}",
+            details={"quota": "digests", "limit": limit},
         )
 
 

@@ -63,7 +63,8 @@ def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
     # The fuzzer calls far faster than any quota allows one workspace: quotas off.
     off = Settings(quota_api_requests_per_minute=0, quota_active_actions=0,
                    quota_recurring_schedules=0, quota_rules=0, quota_recipients=0,
-                   quota_actions_per_minute=0)  # fmt: skip
+                   quota_actions_per_minute=0, quota_suppressions=0,
+                   quota_digests=0)  # fmt: skip
     with running_api(database_url, tmp_path, off) as running:
         yield running
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import httpx
 import pytest
 
 from tests.e2e.conftest import Api, running_api
@@ -20,6 +21,7 @@ from tickwork import quotas
 from tickwork.platform.config import Settings
 from tickwork.platform.db import connect
 from tickwork.quotas import QUOTA_NAMES
+from tickwork.suppression import links
 
 QUOTAS = {
     "quota_active_actions": 3,
@@ -297,6 +299,83 @@ def test_recipients_are_capped_per_workspace(database_url, tmp_path):
         assert recipient(api.outsider, "cy") == 201
         api.admin.http.delete("/v1/recipients/bob")
         assert recipient(api.admin, "cy") == 201
+
+
+def test_suppressions_added_through_the_api_are_capped_and_consent_is_never_refused(
+    database_url, tmp_path
+):
+    with capped(database_url, tmp_path, suppressions=2) as api:
+
+        def add(client: Any, address: str) -> Any:
+            return client.http.post("/v1/suppressions", json={"channel": "email",
+                                                              "address": address})  # fmt: skip
+
+        # Given a workspace at its quota of two entries
+        assert [add(api.admin, a).status_code for a in ("a@example.com", "b@example.com")] == [
+            201, 201]  # fmt: skip
+        # When a member adds a third, then it is refused and nothing is written
+        error = error_of(add(api.member, "c@example.com"), 422)
+        assert error["code"] == "quota_exceeded"
+        assert "more than 2 entries, its quota" in error["message"]
+        assert error["details"] == {"quota": "suppressions", "limit": 2}
+        assert count(database_url, "suppressions") == 2
+        # An address already on the list is no new entry; another workspace has its own count
+        assert add(api.admin, "A@Example.com").status_code == 200
+        assert add(api.outsider, "c@example.com").status_code == 201
+        # A person's own unsubscribe is taken over the quota: consent is never refused
+        key = api.local.settings.unsubscribe_key
+        assert key is not None
+        token = links.sign(key, UUID(api.workspace_a), "email", "d@example.com")
+        click = httpx.post(f"{api.url}/v1/unsubscribe/{token}",
+                           data={"List-Unsubscribe": "One-Click"})  # fmt: skip
+        assert click.status_code == 200, click.text
+        mine = api.admin.call("GET", "/v1/suppressions")["items"]
+        assert sorted(e["address"] for e in mine) == [
+            "a@example.com", "b@example.com", "d@example.com"]  # fmt: skip
+        # An operator raises the quota for this workspace alone
+        set_limits(database_url, api.workspace_a, suppressions=10)
+        assert api.member.call("GET", "/v1/workspace")["limits"]["suppressions"] == 10
+        assert add(api.member, "c@example.com").status_code == 201
+        assert api.outsider.call("GET", "/v1/workspace")["limits"]["suppressions"] == 2
+
+
+def digest_rule(event_type: str) -> dict[str, Any]:
+    """A rule that collects its events into one digest per post, sent in the morning."""
+    return on_event(event_type, action={
+        "action_type": "log", "target_key": "guest", "payload": {"n": "{{ count }}"},
+        "digest": {"key": "{{ context.post }}", "window": {"until": "08:00"}}})  # fmt: skip
+
+
+def test_digests_collecting_are_capped_per_workspace(database_url, tmp_path):
+    with capped(database_url, tmp_path, digests=2) as api:
+        api.admin.call("POST", "/v1/rules", json=digest_rule("comment.added"))
+
+        def comment(client: Any, n: int, post: str) -> Any:
+            return client.http.post("/v1/events", json={
+                "type": "comment.added", "id": f"c{n}", "context": {"post": post}})  # fmt: skip
+
+        # Given two digests collecting (posts a and b), one of them holding two events
+        assert [comment(api.admin, n, p).status_code for n, p in enumerate("aba")] == [200] * 3
+        assert count(database_url, "digests") == 2
+        # When an event would open a third, then the event is refused whole
+        error = error_of(comment(api.member, 3, "c"), 422)
+        assert error["code"] == "quota_exceeded"
+        assert "more than 2 digests collecting" in error["message"]
+        assert error["details"] == {"quota": "digests", "limit": 2}
+        assert (count(database_url, "digests"), count(database_url, "digest_items")) == (2, 3)
+        assert count(database_url, "scheduled_actions") == 2
+        # An event that joins an open digest is still taken
+        assert comment(api.admin, 4, "b").status_code == 200
+        # A digest cancelled (or sent) no longer collects: room for the next
+        [newest, *_] = api.admin.call("GET", "/v1/digests", params={"status": "open"})["items"]
+        api.admin.call("POST", f"/v1/digests/{newest['id']}/cancel")
+        assert comment(api.admin, 3, "c").status_code == 200
+        # Another workspace has its own count, and an operator may lift it (0: no quota)
+        api.outsider.call("POST", "/v1/rules", json=digest_rule("comment.added"))
+        assert [comment(api.outsider, n, p).status_code for n, p in enumerate("xy")] == [200] * 2
+        set_limits(database_url, api.workspace_a, digests=0)
+        assert comment(api.admin, 5, "d").status_code == 200
+        assert api.member.call("GET", "/v1/workspace")["limits"]["digests"] == 0
 
 
 def test_actions_created_per_minute_are_capped_across_every_way_in(database_url, tmp_path):

@@ -34,6 +34,7 @@ from tests.fakes.postmark import FakePostmark
 from tests.fakes.ses import FakeSes
 from tests.fakes.sns import TOPIC, FakeSns, ses_event
 from tests.fakes.twilio import ACCOUNT_SID, AUTH_TOKEN, FakeTwilio
+from tests.fakes.webhook_server import SECRET
 from tests.waiting import wait_for
 from tickwork.api import handle
 from tickwork.engine.tick import run_tick
@@ -554,3 +555,139 @@ def test_deliveries_and_bounces_reach_the_tenants_endpoint_as_outcome_events(api
         assert all(e.verified for e in events)
         assert {e.event["data"]["id"] for e in events} == {row["id"]}
         assert events[1].event["data"]["delivery"]["bounce"] == "hard"
+
+
+# ------------------------------------------------- hostile bodies on the public route
+
+
+DEEP = "[" * 1000 + "]" * 1000
+
+
+def refused_as(answer: httpx.Response, status: int, code: str) -> str:
+    assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), answer.text
+    return str(answer.json()["error"]["message"])
+
+
+def no_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert "unhandled error in a callback" not in caplog.text
+
+
+def test_hostile_bodies_to_an_ses_connection_are_4xx_without_credentials(api, sns, caplog):
+    # Given an SES connection: its callbacks are read before anything can be checked
+    connection = api.admin.call("POST", "/v1/connections", json=ses_connection())
+    url = f"{api.url}/v1/callbacks/{connection['id']}"
+
+    def post(body: str) -> httpx.Response:
+        return httpx.post(url, content=body.encode(), timeout=10,
+                          headers={"Content-Type": "text/plain; charset=UTF-8"})  # fmt: skip
+
+    # When a stranger posts 1,000 levels of nesting, as an array or inside an object
+    for body in (DEEP, '{"Type": ' + DEEP + "}", '{"a":' * 1000 + "1" + "}" * 1000):
+        # Then it is a 400 that says so, never a 500
+        assert "nests deeper than 64 levels" in refused_as(post(body), 400, "bad_request")
+    # A NUL or a lone surrogate in any string, a key included: 400
+    for text in ('{"Type": "Notification\\u0000"}', '{"Type": "\\ud800"}', '{"\\u0000": 1}'):
+        assert "no provider sends" in refused_as(post(text), 400, "bad_request")
+    # A message with no signature at all is unverified (401), as the docs say, not malformed
+    unsigned = {k: v for k, v in sns.subscription_confirmation().items()
+                if k not in ("Signature", "SignatureVersion", "SigningCertURL")}  # fmt: skip
+    assert "not signed" in refused_as(post(json.dumps(unsigned)), 401, "callback_unverified")
+    # A signature that is not even ASCII, or a certificate on an S3 bucket named sns: 401
+    weird = {**sns.subscription_confirmation(), "Signature": "é" * 8}
+    assert refused_as(post(json.dumps(weird)), 401, "callback_unverified")
+    pem = "/SimpleNotificationService-0a.pem"
+    for bucket in ("sns.s3.amazonaws.com", "sns.s3-website-us-east-1.amazonaws.com"):
+        message = sns.subscription_confirmation() | {"SigningCertURL": f"https://{bucket}{pem}"}
+        assert "SNS's certificates" in refused_as(post(json.dumps(message)), 401,
+                                                  "callback_unverified")  # fmt: skip
+    # And nothing was confirmed or recorded; no traceback was logged
+    assert sns.confirmations() == []
+    assert counts(api, connection["id"]) == {"unverified": 4}
+    no_traceback(caplog)
+
+
+def test_hostile_bodies_with_valid_postmark_credentials_are_400_and_change_nothing(
+    api, fakes, caplog
+):
+    connection = api.admin.call("POST", "/v1/connections", json=postmark_connection())
+    made = api.admin.call("POST", f"/v1/connections/{connection['id']}/callback-secret")
+    row = sent(api, "email", EMAIL, connection["id"])
+    url = f"{api.url}/v1/callbacks/{connection['id']}"
+    auth = ("tickwork", made["secret"])
+    before = attempts_table(api)
+    good = json.dumps(postmark_bounce(row["provider_id"]))
+    assert good.startswith('{"RecordType": "Bounce"')
+    hostile = [
+        # a NUL in a string Tickwork stores, or in one it does not read
+        '{"RecordType":"Delivery","ID":424242,"MessageID":"x\\u0000"}',
+        good.replace('"Tag": "Test"', '"Tag": "T\\u0000"'),
+        # a lone surrogate
+        '{"RecordType":"Delivery","ID":424242,"MessageID":"x\\udc00"}',
+        good.replace('"Metadata": {}', '"Metadata": {"k\\ud800": 1}'),
+        # 1,000 levels of nesting
+        good.replace('"Metadata": {}', '"Metadata": ' + DEEP),
+        DEEP,
+    ]
+    for body in hostile:
+        answer = httpx.post(url, content=body.encode(), auth=auth, timeout=10,
+                            headers={"Content-Type": "application/json"})  # fmt: skip
+        refused_as(answer, 400, "bad_request")
+    # Credentials that are not ASCII are not ours: 401, not a 500
+    garbled = httpx.post(
+        url,
+        content=good.encode(),
+        timeout=10,
+        headers={"Authorization": "Basic é".encode("latin-1"), "Content-Type": "application/json"},
+    )
+    refused_as(garbled, 401, "callback_unverified")
+    assert attempts_table(api) == before
+    assert suppressions(api) == []
+    # The real bounce still lands, even with a time that has no UTC form (read as now)
+    assert '"BouncedAt": "2026-12-05T08:03:04Z"' in good
+    odd_time = good.replace("2026-12-05T08:03:04Z", "0001-01-01T00:00:00+05:00")
+    assert httpx.post(url, content=odd_time.encode(), auth=auth, timeout=10).status_code == 200
+    assert action(api, row["id"])["delivery"]["bounce"] == "hard"
+    no_traceback(caplog)
+    assert "callback refused: malformed" in caplog.text
+
+
+def test_a_signed_twilio_callback_with_a_nul_is_400_and_changes_nothing(api, fakes, caplog):
+    connection = api.admin.call("POST", "/v1/connections", json=twilio_connection())
+    row = sent(api, "sms", SMS, connection["id"])
+    url = f"{api.url}/v1/callbacks/{connection['id']}"
+    before = attempts_table(api)
+    for form in (
+        {"MessageSid": "SM\x00x", "MessageStatus": "delivered"},
+        twilio_status(row["provider_id"], "delivered", ErrorCode="3\x000"),
+        {"MessageSid": "SM" + "5" * 32, "Body": "STOP\x00", "From": SMS["to"]},
+    ):
+        body = urlencode(form)
+        assert "%00" in body
+        answer = httpx.post(url, content=body, headers=twilio_signed(url, form), timeout=10)
+        assert "no provider sends" in refused_as(answer, 400, "bad_request")
+    assert attempts_table(api) == before
+    assert suppressions(api) == []
+    assert counts(api, connection["id"]) == {}
+    no_traceback(caplog)
+
+
+def test_a_callback_secret_is_made_only_for_a_connection_that_uses_one(api, fakes):
+    webhook = api.admin.call("POST", "/v1/connections", json={
+        "name": "Hook", "provider": "webhook", "settings": {"url": "http://93.184.215.14/"},
+        "credentials": {"signing_secret": SECRET}})  # fmt: skip
+    for body, says in (
+        (twilio_connection(), "X-Twilio-Signature"),
+        (ses_connection(), "SNS signs"),
+        (None, "sends no status callbacks"),
+    ):
+        connection = api.admin.call("POST", "/v1/connections", json=body) if body else webhook
+        answer = api.admin.http.post(f"/v1/connections/{connection['id']}/callback-secret")
+        message = refused_as(answer, 422, "callback_secret_unused")
+        assert says in message
+        assert "only Postmark" in message
+        assert answer.json()["error"]["details"]["provider"] == connection["provider"]
+    # A Postmark connection gets one
+    postmark = api.admin.call("POST", "/v1/connections", json=postmark_connection())
+    made = api.admin.call("POST", f"/v1/connections/{postmark['id']}/callback-secret")
+    assert made["username"] == "tickwork"

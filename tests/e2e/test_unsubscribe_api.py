@@ -20,6 +20,8 @@ from tests.fakes import LOOPBACK
 from tests.fakes.postmark import FakePostmark
 from tests.fakes.ses import SEND, FakeSes
 from tests.integration.test_provider_ses import CREDENTIALS
+from tickwork.api import handle
+from tickwork.local.handlers import LocalContext
 from tickwork.platform.config import ActionTypeConfig, Settings
 from tickwork.platform.db import connect
 from tickwork.providers.postmark import PostmarkProvider
@@ -229,6 +231,83 @@ def test_the_route_needs_no_login_and_serves_only_its_methods(unsub):
     assert httpx.get(f"{api.url}/v1/unsubscribe/").status_code == 404
     assert raw(api, "GET", "/v1/actions").status_code == 200  # the rest still needs its JWT
     assert httpx.get(f"{api.url}/v1/actions").status_code == 401
+
+
+# ---------------------------------------------------- the one-click field is required
+
+
+def test_a_post_without_list_unsubscribe_one_click_is_refused_and_writes_nothing(unsub):
+    api = unsub["api"]
+    token = links.sign(api.local.settings.unsubscribe_key, UUID(api.workspace_a), "email",
+                       "ann@example.com")  # fmt: skip
+    url = f"{api.url}/v1/unsubscribe/{token}"
+    # Given what a link scanner or a foreign page might POST: nothing, JSON, another field,
+    # the field with another value, the right text under a type RFC 8058 does not name
+    tries = [
+        {},
+        {"content": b"", "headers": ONE_CLICK},
+        {"json": {"List-Unsubscribe": "One-Click"}},
+        {"data": {"List-Unsubscribe": "Yes"}},
+        {"data": {"Unsubscribe": "One-Click"}},
+        {"content": "List-Unsubscribe=One-Click", "headers": {"content-type": "text/plain"}},
+        {
+            "content": "List-Unsubscribe=One-Click",
+            "headers": {"content-type": "multipart/form-data; boundary=x"},
+        },
+    ]
+    for kwargs in tries:
+        # When it is posted, then it is a 400 naming the field, and nothing is written
+        answer = httpx.post(url, **kwargs)
+        assert answer.status_code == 400, (kwargs, answer.text)
+        error = answer.json()["error"]
+        assert error["code"] == "one_click_required", kwargs
+        assert "List-Unsubscribe=One-Click" in error["message"]
+    assert suppressions(api) == []
+    # A browser is told so in HTML
+    page = httpx.post(url, headers={"accept": "text/html"})
+    assert page.status_code == 400
+    assert "one_click_required" in page.text
+    assert suppressions(api) == []
+    # RFC 8058's multipart form is a one-click request too
+    multipart = httpx.post(url, files={"List-Unsubscribe": (None, "One-Click")})
+    assert multipart.status_code == 200, multipart.text
+    assert multipart.json()["already"] is False
+    assert len(suppressions(api)) == 1
+
+
+def test_the_confirmation_pages_own_form_sends_the_one_click_field(unsub):
+    api = unsub["api"]
+    token = links.sign(api.local.settings.unsubscribe_key, UUID(api.workspace_a), "email",
+                       "bob@example.com")  # fmt: skip
+    url = f"{api.url}/v1/unsubscribe/{token}"
+    page = httpx.get(url, headers={"accept": "text/html"}).text
+    # What a browser submits: the form's hidden fields, form-encoded, to the same address
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]+)">', page))
+    assert fields == {"List-Unsubscribe": "One-Click"}
+    answer = httpx.post(url, data=fields, headers={"accept": "text/html"})
+    assert answer.status_code == 200
+    assert "You are unsubscribed" in answer.text
+    assert [r[2] for r in suppressions(api)] == ["bob@example.com"]
+
+
+def test_a_one_click_post_through_api_gateway_may_come_base64_encoded(unsub):
+    api = unsub["api"]
+    token = links.sign(api.local.settings.unsubscribe_key, UUID(api.workspace_a), "email",
+                       "cy@example.com")  # fmt: skip
+    path = f"/v1/unsubscribe/{token}"
+
+    def event(body: bytes) -> dict[str, Any]:
+        return {"version": "2.0", "rawPath": path, "rawQueryString": "",
+                "headers": {"content-type": "application/x-www-form-urlencoded"},
+                "requestContext": {"http": {"method": "POST", "path": path}},
+                "body": base64.b64encode(body).decode(), "isBase64Encoded": True}  # fmt: skip
+
+    refused = handle(event(b"List-Unsubscribe=Later"), LocalContext("api", 30))
+    assert refused["statusCode"] == 400
+    assert suppressions(api) == []
+    answer = handle(event(b"List-Unsubscribe=One-Click"), LocalContext("api", 30))
+    assert answer["statusCode"] == 200, answer
+    assert [r[2] for r in suppressions(api)] == ["cy@example.com"]
 
 
 # ------------------------------------------------------------------------- templates

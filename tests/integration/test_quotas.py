@@ -155,6 +155,67 @@ def test_the_cap_counts_count_the_workspace_alone(conn, crowded_rules):
     quotas.check_recipients(conn, crowded_rules, off)
 
 
+def test_the_suppression_count_reads_the_workspaces_entries_through_an_index(conn):
+    mine, theirs = make_workspace(conn, "Mine"), make_workspace(conn, "Theirs")
+    for workspace, entries in ((mine, 300), (theirs, 30_000)):
+        conn.execute(
+            "insert into suppressions (workspace_id, channel, address, scope, reason, source)"
+            " select %s, 'email', 'a' || g || '@example.com', 'all', 'manual', 'user:u'"
+            " from generate_series(1, %s) g",
+            (workspace, entries),
+        )
+    conn.execute("vacuum analyze suppressions")
+    plan = plan_of(conn, query("count_suppressions"), {"workspace_id": mine, "cap": 301})
+    assert {"suppressions_pkey", "ix_suppressions_created"} & index_scans(plan), plan
+    assert "suppressions" not in seq_scans(plan)
+    quotas.check_suppressions(conn, mine, limits(suppressions=300))
+    with pytest.raises(QuotaExceededError, match="more than 299 entries"):
+        quotas.check_suppressions(conn, mine, limits(suppressions=299))
+    quotas.check_suppressions(conn, mine, limits(suppressions=0))
+
+
+def test_the_digest_count_counts_only_the_workspaces_digests_still_collecting(conn, now):
+    mine, theirs = make_workspace(conn, "Mine"), make_workspace(conn, "Theirs")
+
+    def digest(workspace: object, status: str, action_status: str) -> object:
+        row = conn.execute(
+            "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at,"
+            " status, finished_at) values (%(ws)s, 'log', 't', %(at)s, %(status)s,"
+            " case when %(status)s = 'queued' then null else %(at)s end) returning id",
+            {"ws": workspace, "at": now + timedelta(hours=1), "status": action_status},
+        ).fetchone()
+        assert row is not None
+        conn.execute(
+            "insert into digests (workspace_id, source, source_id, target_key, digest_key,"
+            " group_key, status, time_window, opened_at, closes_at, action_id) values"
+            " (%(ws)s, 'rule', gen_random_uuid(), 't', '', encode(sha256(gen_random_uuid()::text"
+            "::bytea), 'hex'), %(status)s, '{\"seconds\": 60}', %(at)s, %(at)s, %(action)s)",
+            {"ws": workspace, "status": status, "at": now, "action": row[0]},
+        )
+        return row[0]
+
+    # Two collecting; one open whose action a dispatcher took; one closed (full); and
+    # another workspace's many
+    first = digest(mine, "open", "queued")
+    digest(mine, "open", "queued")
+    digest(mine, "open", "published")
+    digest(mine, "closed", "queued")
+    for _ in range(5):
+        digest(theirs, "open", "queued")
+    quotas.check_digests(conn, mine, limits(digests=2), [first])
+    with pytest.raises(QuotaExceededError, match="more than 1 digests collecting"):
+        quotas.check_digests(conn, mine, limits(digests=1), [first])
+    # Only a request that opened a digest is held to it, and 0 is no quota
+    [[plain]] = conn.execute(
+        "insert into scheduled_actions (workspace_id, action_type, target_key, publish_at)"
+        " values (%s, 'log', 't', %s) returning id",
+        (mine, now + timedelta(hours=1)),
+    ).fetchall()
+    quotas.check_digests(conn, mine, limits(digests=1), [plain])
+    quotas.check_digests(conn, mine, limits(digests=1), [])
+    quotas.check_digests(conn, mine, limits(digests=0), [first])
+
+
 def test_every_api_connection_shares_one_count_of_actions_created(database_url, workspace):
     away_from_a_minute_boundary()
     ten = limits(actions_per_minute=10)

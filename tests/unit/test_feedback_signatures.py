@@ -33,26 +33,72 @@ def test_snss_string_to_sign_takes_the_types_fields_in_order():
     assert "MessageId\nm\nSubject\ns\nTimestamp" in with_subject
 
 
+PEM = "/SimpleNotificationService-9c6465fa7f48f5cacd23014631ec1136.pem"
+
+
 @pytest.mark.parametrize(
     ("url", "trusted"),
     [
-        ("https://sns.us-east-1.amazonaws.com/SimpleNotificationService-1.pem", True),
-        ("https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-1.pem", True),
-        ("http://sns.us-east-1.amazonaws.com/x.pem", False),
-        ("https://sns.us-east-1.amazonaws.com.evil.com/x.pem", False),
-        ("https://evil.com/sns.us-east-1.amazonaws.com/x.pem", False),
-        ("https://sns.us-east-1.amazonaws.com:8443/x.pem", False),
-        ("https://s3.amazonaws.com/x.pem", False),
+        # SNS's own certificate URLs: its regional hosts, GovCloud's and China's
+        (f"https://sns.us-east-1.amazonaws.com{PEM}", True),
+        (f"https://sns.ap-southeast-5.amazonaws.com{PEM}", True),
+        (f"https://sns.us-gov-west-1.amazonaws.com{PEM}", True),
+        (f"https://sns.cn-north-1.amazonaws.com.cn{PEM}", True),
+        (f"https://sns.cn-northwest-1.amazonaws.com.cn{PEM}", True),
+        (f"https://sns.eu-central-1.amazonaws.com:443{PEM}", True),
+        # S3's addresses of a bucket named `sns`, which anyone could own
+        (f"https://sns.s3.amazonaws.com{PEM}", False),
+        (f"https://sns.s3-website-us-east-1.amazonaws.com{PEM}", False),
+        (f"https://sns.s3-us-west-2.amazonaws.com{PEM}", False),
+        (f"https://sns.s3.us-east-1.amazonaws.com{PEM}", False),
+        # other one-label hosts that are no region
+        (f"https://sns.ec2.amazonaws.com{PEM}", False),
+        (f"https://sns.us-east.amazonaws.com{PEM}", False),
+        (f"https://sns.cn-north-1.amazonaws.com{PEM}", False),
+        (f"https://sns.us-east-1.amazonaws.com.cn{PEM}", False),
+        # an SNS host, but not its certificate path
+        ("https://sns.us-east-1.amazonaws.com/x.pem", False),
+        ("https://sns.us-east-1.amazonaws.com/SimpleNotificationService-XYZ.pem", False),
+        (f"https://sns.us-east-1.amazonaws.com/a{PEM}", False),
+        (f"https://sns.us-east-1.amazonaws.com{PEM}?x=1", False),
+        (f"https://sns.us-east-1.amazonaws.com{PEM}#f", False),
+        ("https://sns.us-east-1.amazonaws.com/", False),
+        # not https, another port, credentials, look-alike hosts
+        (f"http://sns.us-east-1.amazonaws.com{PEM}", False),
+        (f"https://sns.us-east-1.amazonaws.com:8443{PEM}", False),
+        (f"https://sns.us-east-1.amazonaws.com:x{PEM}", False),
+        (f"https://evil.com@sns.us-east-1.amazonaws.com{PEM}", False),
+        (f"https://sns.us-east-1.amazonaws.com.evil.com{PEM}", False),
+        (f"https://evil.com/sns.us-east-1.amazonaws.com{PEM}", False),
+        (f"https://s3.amazonaws.com{PEM}", False),
+        ("", False),
     ],
 )
-def test_sns_certificates_come_only_from_sns_hosts(url, trusted):
-    assert sns.trusted_origin(url, Settings()) is trusted
+def test_sns_certificates_come_only_from_snss_own_certificate_urls(url, trusted):
+    assert sns.trusted_certificate_url(url, Settings()) is trusted
+
+
+@pytest.mark.parametrize(
+    ("url", "trusted"),
+    [
+        ("https://sns.us-west-2.amazonaws.com/?Action=ConfirmSubscription"
+         "&TopicArn=arn:aws:sns:us-west-2:123456789012:t&Token=2336412f37", True),
+        ("https://sns.us-west-2.amazonaws.com/?Action=Publish&TopicArn=t", False),
+        ("https://sns.us-west-2.amazonaws.com/x?Action=ConfirmSubscription", False),
+        ("https://sns.s3.amazonaws.com/?Action=ConfirmSubscription", False),
+        ("http://sns.us-west-2.amazonaws.com/?Action=ConfirmSubscription", False),
+    ],
+)  # fmt: skip
+def test_subscriptions_are_confirmed_only_at_sns(url, trusted):
+    assert sns.trusted_subscribe_url(url, Settings()) is trusted
 
 
 def test_a_test_origin_is_trusted_only_when_configured():
     local = "http://127.0.0.1:5000/cert.pem"
-    assert not sns.trusted_origin(local, Settings())
-    assert sns.trusted_origin(local, Settings(sns_certificate_origin="http://127.0.0.1:5000"))
+    assert not sns.trusted_certificate_url(local, Settings())
+    extra = Settings(sns_certificate_origin="http://127.0.0.1:5000")
+    assert sns.trusted_certificate_url(local, extra)
+    assert sns.trusted_subscribe_url("http://127.0.0.1:5000/confirm?Token=1", extra)
 
 
 def basic(user: str, password: str) -> dict[str, str]:

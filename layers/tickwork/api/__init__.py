@@ -194,11 +194,12 @@ def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     body = event.get("body") or ""
     headers = {key.lower(): value for key, value in (event.get("headers") or {}).items()}
     if unsubscribe.is_unsubscribe(event.get("rawPath", "")):
-        # Public, signed by its token; its one-click POST is a form, not JSON. Its body is
-        # not read, so a base64 one needs no decoding.
+        # Public, signed by its token; its one-click POST is a form, not JSON (read there,
+        # base64 or not).
         return unsubscribe.serve(
-            http.get("method", "GET"), event["rawPath"], headers, body, runtime.current().settings
-        )
+            http.get("method", "GET"), event["rawPath"], headers, body,
+            runtime.current().settings, base64_encoded=bool(event.get("isBase64Encoded")),
+        )  # fmt: skip
     content_type = headers.get("content-type", "").strip().lower()
     if body and content_type and not content_type.startswith("application/json"):
         return errors.error_result(

@@ -29,6 +29,8 @@ from tickwork.feedback.common import CallbackRequest
 from tickwork.feedback.model import (
     SUPPORTED,
     UNSUPPORTED_NOTE,
+    USES_SECRET,
+    CallbackSecretUnusedError,
     CallbacksUnsupportedError,
     CallbackUnverifiedError,
     DeliveryEvent,
@@ -91,8 +93,23 @@ def handle(event: dict[str, Any]) -> dict[str, Any]:
         return _handle(event)
     except sns.SubscriptionUnconfirmedError as exc:
         return error_result(HTTPStatus.BAD_GATEWAY, "subscription_unconfirmed", exc.message)
+    except MalformedCallbackError as exc:
+        # The caller's body, not our fault: one line, no traceback, nothing of the body
+        # (the message may quote a value: only the field it names is logged).
+        where = {"path": str(event.get("rawPath", ""))[:80], "field": exc.details.get("field")}
+        logger.warning("callback refused: malformed", extra=where)
+        return error_result(status_of(exc), exc.code, exc.message, exc.details)
     except TickworkError as exc:
         return error_result(status_of(exc), exc.code, exc.message, exc.details)
+    except psycopg.DataError:
+        # A value Postgres will not store got past the readers' checks (which refuse NULs,
+        # lone surrogates, deep nesting): still the body's fault, and retrying cannot help.
+        logger.warning("callback refused: a value the database cannot store",
+                       extra={"path": str(event.get("rawPath", ""))[:80]})  # fmt: skip
+        return error_result(
+            HTTPStatus.BAD_REQUEST, "bad_request",
+            "the callback carries a value that cannot be stored; nothing was recorded",
+        )  # fmt: skip
     except psycopg.OperationalError:
         # The provider retries (Postmark, SNS) what is not answered 2xx.
         logger.exception("database unavailable")
@@ -221,6 +238,24 @@ def _read(
         sns.confirm(message, rt.settings)
         return [], ok
     return sns.events(message), ok
+
+
+def check_uses_secret(provider: str) -> None:
+    """Refuse to make a callback secret no callback of this provider would carry (it
+    would look like one more credential to keep, and verify nothing)."""
+    if provider in USES_SECRET:
+        return
+    how = {
+        "twilio": "Twilio signs its callbacks with the connection's auth token"
+                  " (X-Twilio-Signature)",
+        "ses": "SNS signs its messages with its own certificate; the connection's"
+               " settings.callback_topic_arn says which topic speaks for it",
+    }.get(provider, f"{provider} sends no status callbacks")  # fmt: skip
+    raise CallbackSecretUnusedError(
+        f"a {provider} connection takes no callback secret: {how}; only Postmark"
+        " connections use one (in the webhook URL's credentials)",
+        details={"provider": provider},
+    )
 
 
 def connection_callbacks(provider: str) -> tuple[bool, str]:

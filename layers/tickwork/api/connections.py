@@ -15,7 +15,12 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from tickwork import connections
-from tickwork.api.callbacks import callback_secret_ref, callback_url, connection_callbacks
+from tickwork.api.callbacks import (
+    callback_secret_ref,
+    callback_url,
+    check_uses_secret,
+    connection_callbacks,
+)
 from tickwork.api.connection_models import (
     CallbackSecretOut,
     CallbacksOut,
@@ -212,7 +217,8 @@ def verify_connection(connection_id: str, workspace: WorkspaceHeader) -> VerifyO
     responses=responses(
         200, CallbackSecretOut,
         "the new secret (it replaces any before) and the callback URL carrying it: give that"
-        " URL to the provider (Postmark's webhook URL)",
+        " URL to the provider (Postmark's webhook URL); other providers' connections take"
+        " none (422 callback_secret_unused)",
     ),
 )  # fmt: skip
 def make_callback_secret(connection_id: str, workspace: WorkspaceHeader) -> CallbackSecretOut:
@@ -220,6 +226,7 @@ def make_callback_secret(connection_id: str, workspace: WorkspaceHeader) -> Call
     request.caller.require_admin("make a connection's callback secret")
     key = connections.parse_id(connection_id)
     row = connections.get(request.conn, request.caller.workspace_id, key)
+    check_uses_secret(row.provider)
     secret = secrets.token_urlsafe(SECRET_BYTES)
     store = request.runtime.secrets
     try:

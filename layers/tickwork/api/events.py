@@ -9,6 +9,7 @@ from uuid import UUID
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header
 
+from tickwork import quotas
 from tickwork.api.models import responses
 from tickwork.api.rules_models import EventIn, ResultOut
 from tickwork.api.scope import scope
@@ -40,6 +41,8 @@ def post_event(body: EventIn, workspace: WorkspaceHeader) -> ResultOut:
         request.runtime.settings, request.now, created_by=request.caller.user_id,
         limits=request.limits,
     )  # fmt: skip
+    quotas.check_digests(request.conn, request.caller.workspace_id, request.limits,
+                         [fired.action_id for fired in result.created])  # fmt: skip
     # An event about a recipient (entities.recipient) ends their enrollments in campaigns
     # that exit on it (a reply, an unsubscribe, a goal).
     recipient_id = event.entities.get("recipient")

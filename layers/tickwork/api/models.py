@@ -455,6 +455,8 @@ class LimitsOut(BaseModel):
         description="actions one event may make (and enabled rules one event type may have)"
     )
     actions_per_minute: int = Field(description="actions its API requests may create a minute")
+    suppressions: int = Field(description="entries of its suppression list the API may add")
+    digests: int = Field(description="digests collecting at once (open, action queued)")
 
 
 class RetentionOut(BaseModel):

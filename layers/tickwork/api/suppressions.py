@@ -11,6 +11,7 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
+from tickwork import quotas
 from tickwork.api.models import responses
 from tickwork.api.scope import scope as request_scope
 from tickwork.api.suppression_models import SuppressionIn, SuppressionOut, SuppressionPage
@@ -42,6 +43,8 @@ def add_suppression(body: SuppressionIn, workspace: WorkspaceHeader) -> Response
         request.conn, workspace_id, body.channel, address, body.reason,
         f"user:{request.caller.user_id}", body.detail, scope=scope,
     )  # fmt: skip
+    if created:
+        quotas.check_suppressions(request.conn, workspace_id, request.limits)
     entry = store.find_suppression(request.conn, workspace_id, body.channel, address, scope)
     if entry is None:  # pragma: no cover - removed in between
         raise NotFoundError("the entry was removed meanwhile")

@@ -2,11 +2,15 @@
 
 No login: the signed token is the authority (tickwork.suppression.links). `GET` shows a
 small confirmation page with a button (mail scanners and link previews fetch links, so a
-GET never unsubscribes); `POST`, the mail client's one-click request (body
-`List-Unsubscribe=One-Click`) or the page's form, puts the address on the workspace's
-suppression list (`unsubscribed`, source `link`, the link's scope). A second POST finds it
-there and changes nothing; either way the answer is 200. A token that is not ours, or one
-byte changed, is 400 `invalid_unsubscribe_link` and nothing is written.
+GET never unsubscribes); `POST`, the mail client's one-click request or the page's form,
+puts the address on the workspace's suppression list (`unsubscribed`, source `link`, the
+link's scope). A second POST finds it there and changes nothing; either way the answer is
+200. A token that is not ours, or one byte changed, is 400 `invalid_unsubscribe_link` and
+nothing is written.
+
+A POST must carry RFC 8058's `List-Unsubscribe=One-Click` (form-encoded, or a field of a
+multipart form, as RFC 8058 allows both); one without it (a scanner that POSTs whatever
+it finds, an empty body, JSON) is 400 `one_click_required` and writes nothing.
 
 Served by the API function before its JSON resolver (like the console's files): the one-
 click POST is a form, not JSON, and a tenant's JWT has nothing to do with it.
@@ -14,10 +18,15 @@ click POST is a form, not JSON, and a tenant's JWT has nothing to do with it.
 
 from __future__ import annotations
 
+import base64
+import email
+import email.errors
+import email.message
 import html
 import json
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import parse_qsl
 
 import psycopg
 
@@ -32,8 +41,9 @@ from tickwork.tenancy import tenant_transaction
 
 PREFIX = links.PATH_PREFIX
 SOURCE = "link"
-# The one-click body is 26 bytes; a form post a little more. Nothing in it is read.
+# The one-click body is 26 bytes; a form post a little more (a multipart one a few hundred).
 MAX_BODY_BYTES = 4096
+ONE_CLICK = ("List-Unsubscribe", "One-Click")
 ALLOW = "GET, HEAD, POST"
 
 
@@ -101,6 +111,50 @@ def _invalid(exc: InvalidUnsubscribeLinkError, as_html: bool) -> dict[str, Any]:
     return error_result(HTTPStatus.BAD_REQUEST, "invalid_unsubscribe_link", exc.message)
 
 
+def _form_fields(content_type: str, body: str) -> list[tuple[str, str]]:
+    """The fields of a form body: form-encoded or multipart (RFC 8058 allows both). A body
+    that is neither has none; nothing here raises on what a stranger sends."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if kind == "multipart/form-data":
+        message = email.message_from_string(f"Content-Type: {content_type}\r\n\r\n{body}")
+        parts = message.get_payload() if message.is_multipart() else []
+        fields: list[tuple[str, str]] = []
+        for part in parts if isinstance(parts, list) else []:
+            if not isinstance(part, email.message.Message):
+                continue
+            name = part.get_param("name", header="content-disposition")
+            value = part.get_payload()
+            if isinstance(name, str) and isinstance(value, str):
+                fields.append((name, value.strip()))
+        return fields
+    if kind in ("", "application/x-www-form-urlencoded"):
+        return parse_qsl(body, keep_blank_values=True)
+    return []
+
+
+def _one_click(headers: dict[str, str], body: str, base64_encoded: bool) -> bool:
+    """Whether the POST carries `List-Unsubscribe=One-Click`."""
+    try:
+        if base64_encoded:
+            body = base64.b64decode(body, validate=True).decode("utf-8")
+        return ONE_CLICK in _form_fields(headers.get("content-type", ""), body)
+    except (ValueError, LookupError, TypeError, AttributeError, email.errors.MessageError):
+        # Not base64, not UTF-8, a part in an unknown charset: not a one-click request.
+        return False
+
+
+def _not_one_click(as_html: bool) -> dict[str, Any]:
+    message = (
+        "an unsubscribe POST carries List-Unsubscribe=One-Click (RFC 8058), form-encoded or"
+        " as a multipart field; nothing was changed. Open the link to unsubscribe from its page"
+    )
+    if as_html:
+        return _page(HTTPStatus.BAD_REQUEST.value, "Nothing was changed", [
+            html.escape(message), "(error code <code>one_click_required</code>)",
+        ])  # fmt: skip
+    return error_result(HTTPStatus.BAD_REQUEST, "one_click_required", message)
+
+
 def _unavailable() -> dict[str, Any]:
     return error_result(
         HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", "the service is briefly unavailable; retry"
@@ -123,9 +177,15 @@ def _record(link: Link) -> bool:
 
 
 def serve(
-    method: str, path: str, headers: dict[str, str], body: str, settings: Settings
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    body: str,
+    settings: Settings,
+    base64_encoded: bool = False,
 ) -> dict[str, Any]:
-    """An API Gateway (payload v2) result for a path under /v1/unsubscribe/."""
+    """An API Gateway (payload v2) result for a path under /v1/unsubscribe/ (`body` as the
+    event has it: base64 when `base64_encoded`)."""
     headers = {key.lower(): value for key, value in headers.items()}
     as_html = _wants_html(headers)
     token = path[len(PREFIX) :]
@@ -153,6 +213,8 @@ def serve(
         return _page(200, "Unsubscribe", [
             f"Stop {_scope_words(link.scope)} to <strong>{masked}</strong>?",
         ], form=True)  # fmt: skip
+    if not _one_click(headers, body, base64_encoded):
+        return _not_one_click(as_html)
     try:
         added = _record(link)
     except psycopg.OperationalError:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import hmac
 import json
 import re
@@ -15,6 +14,11 @@ from tickwork.feedback.model import CallbackUnverifiedError, MalformedCallbackEr
 from tickwork.providers.redact import sanitize
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+# What no provider sends and Postgres cannot store as text: a NUL, or half of a UTF-16
+# surrogate pair (`"\ud800"` in JSON). Refused before anything is written.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# No provider's body nests deeper than a few levels; Python's parser recurses per level.
+MAX_DEPTH = 64
 DETAIL_CHARS = 300
 # The user name in a callback URL's credentials (https://tickwork:<secret>@...).
 CALLBACK_USER = "tickwork"
@@ -37,9 +41,9 @@ def instant(value: Any) -> datetime | None:
         return None
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
+        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):  # unreadable, or out of range once in UTC (year 1)
         return None
-    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def detail(*parts: Any) -> str | None:
@@ -51,11 +55,47 @@ def detail(*parts: Any) -> str | None:
     return _CONTROL.sub(" ", sanitize(text))[:DETAIL_CHARS] or None
 
 
+def storable(text: str, what: str) -> str:
+    """The text, unless it holds a NUL or a lone surrogate (MalformedCallbackError)."""
+    found = _UNSTORABLE.search(text)
+    if found:
+        raise MalformedCallbackError(
+            f"the {what} holds a character no provider sends (\\u{ord(found.group()):04x}:"
+            " a NUL or half of a surrogate pair)"
+        )
+    return text
+
+
+def check_json(value: Any, what: str) -> None:
+    """Refuse JSON nested deeper than MAX_DEPTH or with a NUL or a lone surrogate in any
+    string or key. Iterative: a hostile document cannot exhaust the stack."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise MalformedCallbackError(f"the {what} body nests deeper than {MAX_DEPTH} levels")
+        if isinstance(node, str):
+            storable(node, what)
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                storable(key, what)
+                stack.append((item, depth + 1))
+        elif isinstance(node, list):
+            stack.extend((item, depth + 1) for item in node)
+
+
 def json_object(body: str, what: str) -> dict[str, Any]:
+    """The body's JSON object, or MalformedCallbackError (400) saying what is wrong: never
+    an error that escapes as a 500, whatever the body (deep nesting included)."""
     try:
         parsed = json.loads(body)
-    except ValueError as exc:
+    except RecursionError as exc:
+        raise MalformedCallbackError(
+            f"the {what} body nests deeper than {MAX_DEPTH} levels"
+        ) from exc
+    except ValueError as exc:  # not JSON, or an integer longer than Python converts
         raise MalformedCallbackError(f"the {what} body is not JSON") from exc
+    check_json(parsed, what)
     if not isinstance(parsed, dict):
         raise MalformedCallbackError(f"the {what} body is not a JSON object")
     return parsed
@@ -83,7 +123,7 @@ def check_basic_auth(headers: dict[str, str], secret: str | None, how: str) -> N
     scheme, _, encoded = raw.partition(" ")
     try:
         user, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # not base64 (binascii.Error), not ASCII, not UTF-8 once decoded
         user, password = "", ""
     ok = scheme.lower() == "basic" and hmac.compare_digest(
         f"{user}:{password}".encode(), f"{CALLBACK_USER}:{secret}".encode()

@@ -8,7 +8,12 @@ from datetime import datetime
 from typing import Final, Literal
 from uuid import UUID
 
-from tickwork.platform.errors import AuthenticationError, BadRequestError, NotFoundError
+from tickwork.platform.errors import (
+    AuthenticationError,
+    BadRequestError,
+    InputError,
+    NotFoundError,
+)
 
 DeliveryStatus = Literal["sent", "delivered", "undelivered", "bounced", "complained"]
 Bounce = Literal["hard", "soft"]
@@ -17,6 +22,9 @@ OUTCOMES: Final = ("applied", "stale", "duplicate", "unmatched", "ignored", "unv
 
 # Providers whose callbacks Tickwork reads; the others send nothing back.
 SUPPORTED: Final = frozenset({"twilio", "postmark", "ses"})
+# Providers whose callbacks carry the connection's callback secret (Postmark's webhook URL);
+# Twilio signs with the auth token, SNS with its own key.
+USES_SECRET: Final = frozenset({"postmark"})
 UNSUPPORTED_NOTE: Final = (
     "this provider sends no delivery status back: `published` (the provider accepted it)"
     " is all Tickwork can know"
@@ -100,3 +108,9 @@ class CallbacksUnsupportedError(NotFoundError):
 
 class MalformedCallbackError(BadRequestError):
     """Verified (or verifiable) but not a body the provider documents."""
+
+
+class CallbackSecretUnusedError(InputError):
+    """A callback secret asked for a connection whose provider never sends one."""
+
+    code = "callback_secret_unused"

@@ -3,15 +3,19 @@
 SNS signs every message: the documented string to sign (the message's fields, each name
 and value on a line of its own, in a fixed order per type) with the private key of the
 certificate at `SigningCertURL`, RSA PKCS#1 v1.5 with SHA1 (`SignatureVersion` 1) or
-SHA256 (2). The certificate is fetched only from `https://sns.<region>.amazonaws.com/...`
-(`.amazonaws.com.cn` in China), never from anywhere a message names; the operator may
-allow one more origin (TICKWORK_SNS_CERTIFICATE_ORIGIN: a local stand-in, tests). The
+SHA256 (2). The certificate is fetched only from SNS's own certificate URLs,
+`https://sns.<region>.amazonaws.com/SimpleNotificationService-<hex>.pem` (a region as AWS
+names them, GovCloud's `us-gov-west-1` included; `sns.cn-north-1.amazonaws.com.cn` in
+China), never from anywhere else a message names: not from another `*.amazonaws.com`
+host such as `sns.s3.amazonaws.com`, an S3 bucket named `sns` that anyone could own. The
+operator may allow one more origin (TICKWORK_SNS_CERTIFICATE_ORIGIN: a local stand-in,
+tests). A message without a signature is unverified (401), as a forged one is. The
 message's `TopicArn` must be the one the SES connection names (`callback_topic_arn`):
 anybody can sign with SNS, only that topic speaks for the connection.
 
-A `SubscriptionConfirmation` is confirmed by GETting its `SubscribeURL` (the same host
-rule); a `Notification` carries an SES event (event publishing's `eventType`, or an
-identity notification's `notificationType`):
+A `SubscriptionConfirmation` is confirmed by GETting its `SubscribeURL` (an SNS host,
+`/?Action=ConfirmSubscription&...`); a `Notification` carries an SES event (event
+publishing's `eventType`, or an identity notification's `notificationType`):
 
 | SES event | becomes |
 |---|---|
@@ -28,13 +32,12 @@ The event's identity is the SNS `MessageId` (a redelivery carries the same)."""
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 import httpx
 from cryptography import x509
@@ -53,7 +56,16 @@ from tickwork.platform.config import Settings
 from tickwork.platform.errors import TickworkError
 from tickwork.providers import http, outbound_policy
 
-SNS_HOST = re.compile(r"^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
+# SNS's regional hosts: a region as AWS names them (us-east-1, ap-southeast-5,
+# us-gov-west-1) under amazonaws.com, China's (cn-north-1, cn-northwest-1) under
+# amazonaws.com.cn. One label of letters, digits and dashes is not enough: `s3` and
+# `s3-website-us-east-1` are S3's, and `sns.s3.amazonaws.com` is anyone's bucket `sns`.
+SNS_HOST = re.compile(
+    r"^sns\.(?:(?!cn-)[a-z]{2}(?:-gov)?-[a-z]+-[0-9]{1,2}\.amazonaws\.com"
+    r"|cn-[a-z]+-[0-9]{1,2}\.amazonaws\.com\.cn)$"
+)
+# The path SNS serves its signing certificates at.
+CERTIFICATE_PATH = re.compile(r"^/SimpleNotificationService-[0-9a-f]{1,64}\.pem$")
 FIELDS = {
     "Notification": ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"),
     "SubscriptionConfirmation": (
@@ -92,18 +104,46 @@ class SnsMessage:
     fields: dict[str, Any]
 
 
-def trusted_origin(url: str, settings: Settings) -> bool:
-    """An SNS URL (certificate, SubscribeURL) may be fetched: https on an SNS host, or the
-    operator's one extra origin."""
-    parts = urlsplit(url)
+def _on_sns(url: str, settings: Settings) -> tuple[bool, SplitResult | None]:
+    """(whether the URL is on the operator's one extra origin, its parts when it is https on
+    an SNS host: no credentials, no port but 443, no fragment)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is not a number, a bracket left open
+        return False, None
     extra = settings.sns_certificate_origin
     if extra and f"{parts.scheme}://{parts.netloc}" == extra.rstrip("/"):
-        return True
-    return (
+        return True, None
+    sns_host = (
         parts.scheme == "https"
-        and bool(SNS_HOST.match(parts.hostname or ""))
-        and (parts.port in (None, 443))
+        and "@" not in parts.netloc
+        and bool(SNS_HOST.fullmatch(parts.hostname or ""))
+        and port in (None, 443)
+        and not parts.fragment
     )
+    return False, parts if sns_host else None
+
+
+def trusted_certificate_url(url: str, settings: Settings) -> bool:
+    """The certificate may be fetched: one of SNS's own certificate URLs
+    (`https://sns.<region>.amazonaws.com/SimpleNotificationService-<hex>.pem`), or on the
+    operator's one extra origin."""
+    extra, parts = _on_sns(url, settings)
+    return extra or (
+        parts is not None and not parts.query and bool(CERTIFICATE_PATH.fullmatch(parts.path))
+    )
+
+
+def trusted_subscribe_url(url: str, settings: Settings) -> bool:
+    """A SubscribeURL may be called: SNS's ConfirmSubscription on an SNS host, or on the
+    operator's one extra origin."""
+    extra, parts = _on_sns(url, settings)
+    if extra:
+        return True
+    if parts is None or parts.path not in ("", "/"):
+        return False
+    return ("Action", "ConfirmSubscription") in parse_qsl(parts.query)
 
 
 def string_to_sign(message: dict[str, Any]) -> bytes:
@@ -165,15 +205,9 @@ def _fetch_key(url: str, settings: Settings) -> rsa.RSAPublicKey:
     return key
 
 
-def verify(request: CallbackRequest, topic_arn: str, settings: Settings) -> SnsMessage:
-    """The message, once its signature verifies with SNS's certificate and it comes from
-    the connection's topic."""
-    message = json_object(request.body, WHAT)
-    kind = text_field(message, "Type", WHAT, 64)
-    if kind not in FIELDS:
-        raise MalformedCallbackError(f"{kind[:40]!r} is not a type of SNS message", field="Type")
-    for name in ("MessageId", "Timestamp", "TopicArn", "Message", "Signature", "SigningCertURL"):
-        text_field(message, name, WHAT, 300_000)
+def _check_signature(message: dict[str, Any], settings: Settings) -> None:
+    """The message's signature verifies with the certificate at its SigningCertURL, one of
+    SNS's own."""
     version = str(message.get("SignatureVersion"))
     algorithm: hashes.HashAlgorithm
     if version == "1":
@@ -183,19 +217,36 @@ def verify(request: CallbackRequest, topic_arn: str, settings: Settings) -> SnsM
     else:
         raise CallbackUnverifiedError(f"SNS SignatureVersion {version[:10]!r} is not 1 or 2")
     certificate_url = str(message["SigningCertURL"])
-    if not trusted_origin(certificate_url, settings):
+    if not trusted_certificate_url(certificate_url, settings):
         raise CallbackUnverifiedError(
-            "the SigningCertURL is not on an SNS host (https://sns.<region>.amazonaws.com)"
+            "the SigningCertURL is not one of SNS's certificates"
+            " (https://sns.<region>.amazonaws.com/SimpleNotificationService-<hex>.pem)"
         )
     try:
         signature = base64.b64decode(str(message["Signature"]), validate=True)
-    except binascii.Error as exc:
+    except ValueError as exc:  # binascii.Error, or a character that is not ASCII
         raise CallbackUnverifiedError("the SNS Signature is not base64") from exc
     key = CERTIFICATES.key(certificate_url, settings)
     try:
         key.verify(signature, string_to_sign(message), padding.PKCS1v15(), algorithm)
     except InvalidSignature as exc:
         raise CallbackUnverifiedError("the SNS signature does not verify") from exc
+
+
+def verify(request: CallbackRequest, topic_arn: str, settings: Settings) -> SnsMessage:
+    """The message, once its signature verifies with SNS's certificate and it comes from
+    the connection's topic."""
+    message = json_object(request.body, WHAT)
+    kind = text_field(message, "Type", WHAT, 64)
+    if kind not in FIELDS:
+        raise MalformedCallbackError(f"{kind[:40]!r} is not a type of SNS message", field="Type")
+    for name in ("Signature", "SigningCertURL", "SignatureVersion"):
+        # Unsigned is unverified (401), as forged is; a signed message's fields are read next
+        if not isinstance(message.get(name), str) or not message[name]:
+            raise CallbackUnverifiedError(f"the SNS message is not signed: it has no {name}")
+    for name in ("MessageId", "Timestamp", "TopicArn", "Message"):
+        text_field(message, name, WHAT, 300_000)
+    _check_signature(message, settings)
     sent = instant(message["Timestamp"])
     if sent is None or sent < datetime.now(UTC) - timedelta(days=settings.callback_receipt_days):
         # Older than the receipts that tell a replay from a new message: refused.
@@ -214,8 +265,11 @@ def verify(request: CallbackRequest, topic_arn: str, settings: Settings) -> SnsM
 def confirm(message: SnsMessage, settings: Settings) -> None:
     """Confirm the subscription: GET its SubscribeURL (on an SNS host only)."""
     url = str(message.fields.get("SubscribeURL") or "")
-    if not trusted_origin(url, settings):
-        raise CallbackUnverifiedError("the SubscribeURL is not on an SNS host")
+    if not trusted_subscribe_url(url, settings):
+        raise CallbackUnverifiedError(
+            "the SubscribeURL is not SNS's (https://sns.<region>.amazonaws.com/"
+            "?Action=ConfirmSubscription&...)"
+        )
     try:
         reply = _get(url, settings, 16 * 1024)
     except (httpx.HTTPError, http.UnsafeDestinationError, http.ResolutionTimeoutError) as exc:
@@ -238,6 +292,11 @@ def _recipients(items: Any) -> list[str]:
     return out
 
 
+def _object(ses: dict[str, Any], name: str) -> dict[str, Any]:
+    found = ses.get(name)
+    return found if isinstance(found, dict) else {}
+
+
 def events(message: SnsMessage) -> list[DeliveryEvent]:
     """The SES event a Notification carries (other messages carry none)."""
     if message.kind != "Notification":
@@ -251,11 +310,11 @@ def events(message: SnsMessage) -> list[DeliveryEvent]:
     if not isinstance(message_id, str) or not message_id or len(message_id) > 300:
         raise MalformedCallbackError("the SES event has no mail.messageId", field="mail")
     if kind == "Delivery":
-        body = ses.get("delivery") or {}
+        body = _object(ses, "delivery")
         return [DeliveryEvent(key, message_id, "delivered", instant(body.get("timestamp")),
                               detail=detail("Delivery", body.get("smtpResponse")))]  # fmt: skip
     if kind == "Bounce":
-        body = ses.get("bounce") or {}
+        body = _object(ses, "bounce")
         hard = body.get("bounceType") == "Permanent"
         bounced = _recipients(body.get("bouncedRecipients")) if hard else []
         suppress = tuple(Suppress("email", a, "hard_bounce") for a in bounced)
@@ -265,7 +324,7 @@ def events(message: SnsMessage) -> list[DeliveryEvent]:
             detail=detail(body.get("bounceType"), body.get("bounceSubType")), suppress=suppress,
         )]  # fmt: skip
     if kind == "Complaint":
-        body = ses.get("complaint") or {}
+        body = _object(ses, "complaint")
         suppress = tuple(Suppress("email", a, "complaint")
                          for a in _recipients(body.get("complainedRecipients")))  # fmt: skip
         return [DeliveryEvent(

@@ -24,7 +24,7 @@ import hmac
 from datetime import UTC, datetime
 from urllib.parse import parse_qsl
 
-from tickwork.feedback.common import CallbackRequest, detail
+from tickwork.feedback.common import CallbackRequest, detail, storable
 from tickwork.feedback.model import (
     CallbackUnverifiedError,
     DeliveryEvent,
@@ -71,6 +71,9 @@ def verify(request: CallbackRequest, auth_token: str | None, account_sid: str) -
             "X-Twilio-Signature does not match: the callback was not signed with this"
             " connection's auth token for this URL"
         )
+    for name, value in params:
+        # Percent-decoding can make a NUL (`SM%00x`), which nothing may store
+        storable(name + value, "Twilio callback")
     form = dict(params)
     if account_sid and form.get("AccountSid") not in (None, account_sid):
         raise CallbackUnverifiedError("the callback is about another Twilio account")

@@ -359,6 +359,12 @@ class Settings(BaseModel):
     # Actions API requests of a workspace may create per minute (100 a second, sustained;
     # 60 events at the per-event cap). Rows the crons make are not counted.
     quota_actions_per_minute: int = Field(default=6000, ge=0)
+    # Suppression-list entries the API may add: as many as recipients, with room for the
+    # addresses providers report. Entries from links and providers are never refused.
+    quota_suppressions: int = Field(default=100_000, ge=0)
+    # Digests collecting at once (each holds up to 200 events and 1 MiB): a digest per
+    # recipient and key for a busy workspace, not one per event of a flood.
+    quota_digests: int = Field(default=10_000, ge=0)
 
     # Delivery feedback (providers' status callbacks, POST /v1/callbacks/{connection_id}).
     # public_api_url (above) is where providers call back (Twilio signs the whole URL):

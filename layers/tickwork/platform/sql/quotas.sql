@@ -61,6 +61,27 @@ select count(*) from (
     select 1 from recipients where workspace_id = %(workspace_id)s limit %(cap)s
 ) as held
 
+-- name: count_suppressions
+-- The workspace's suppression-list entries, counted up to %(cap)s through the primary key.
+select count(*) from (
+    select 1 from suppressions where workspace_id = %(workspace_id)s limit %(cap)s
+) as held
+
+-- name: count_open_digests
+-- The workspace's digests still collecting (open, their action still queued: a digest
+-- whose action a dispatcher took is closed by its group's next item), counted up to
+-- %(cap)s along ux_digests_open, and only when one of the actions %(created)s (this
+-- request's) is a digest's: an event that opened none is not held to the quota.
+select count(*) from (
+    select 1 from digests d
+    join scheduled_actions a on a.workspace_id = d.workspace_id and a.id = d.action_id
+    where d.workspace_id = %(workspace_id)s and d.status = 'open' and a.status = 'queued'
+      and exists (select 1 from digests n
+                  where n.workspace_id = %(workspace_id)s
+                    and n.action_id = any(%(created)s::uuid[]))
+    limit %(cap)s
+) as held
+
 -- name: workspace_limits
 -- The limits an operator set for a workspace (the API reads them with the membership).
 select limits from workspaces where id = %(workspace_id)s
