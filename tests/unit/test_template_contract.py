@@ -740,8 +740,8 @@ def test_the_tick_interval_drives_its_schedule_its_alarm_and_every_functions_loo
 
 
 def _rule_value(node: Any, parameters: dict[str, str]) -> Any:
-    """Evaluates a Rules assertion (Ref, Fn::Equals, Fn::Not, Fn::Or, Fn::And, Fn::Join) over
-    parameter values, as CloudFormation does before it creates anything."""
+    """Evaluates a Rules assertion (Ref, Fn::Equals, Fn::Not, Fn::Or, Fn::And, Fn::Join,
+    Fn::Contains) over parameter values, as CloudFormation does before it creates anything."""
     if isinstance(node, dict):
         ((key, value),) = node.items()
         if key == "Ref":
@@ -757,6 +757,8 @@ def _rule_value(node: Any, parameters: dict[str, str]) -> Any:
             return all(args)
         if key == "Fn::Join":
             return args[1]  # one comma-delimited parameter, already a string here
+        if key == "Fn::Contains":  # a comma-delimited parameter holds a string
+            return args[1] in args[0].split(",")
         raise AssertionError(f"no evaluator for {key}")
     return node
 
@@ -1128,6 +1130,78 @@ def test_the_deploy_guide_states_the_reserved_concurrency_and_every_guided_quest
         assert f"{function} has no authentication. Is this okay? [y/N]: y" in guide
     assert "ApiFunction has no authentication. Is this okay? [y/N]" in readme
     assert "PublicFunction" in readme
+
+
+def _guide_section(title: str) -> str:
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    return guide.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_parameter_table_names_every_parameter_with_its_default(source):
+    parameters = source["Parameters"]
+    rows = [line for line in _guide_section("Parameters").splitlines() if line.startswith("| `")]
+    documented: list[str] = []
+    for row in rows:
+        names_cell, default_cell = row.strip("|").split("|")[:2]
+        names = re.findall(r"`(\w+)`", names_cell)
+        documented += names
+        defaults = [d.strip() for d in default_cell.split(" / ")]
+        if len(defaults) != len(names):
+            defaults = [default_cell.strip()] * len(names)
+        for name, shown in zip(names, defaults, strict=True):
+            assert name in parameters, f"the guide lists {name}, which the template does not take"
+            default = parameters[name].get("Default")
+            if default is None:
+                assert shown.startswith("(required"), (name, shown)
+            elif default == "":
+                assert shown in {"", "empty"} or shown.startswith("empty ("), (name, shown)
+            elif re.fullmatch(r"`[^`]*`|\d+", shown):
+                assert shown.strip("`") == str(default), (name, shown, default)
+    assert sorted(documented) == sorted(parameters)
+
+
+def test_the_guided_transcript_asks_every_parameter_in_order_with_what_it_offers(source):
+    transcript = _guide_section("From a clean clone")
+    asked = re.findall(r"^Parameter (\w+) \[(.*)\]:", transcript, re.MULTILINE)
+    assert [name for name, _ in asked] == list(source["Parameters"])
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    saved = dict(
+        item.split("=", 1)
+        for item in config["default"]["deploy"]["parameters"]["parameter_overrides"]
+    )
+    for name, offered in asked:
+        assert offered == saved.get(name, str(source["Parameters"][name].get("Default", ""))), name
+
+
+def test_a_deploy_that_keeps_a_placeholder_stops_before_anything_is_made(source):
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    overrides = config["default"]["deploy"]["parameters"]["parameter_overrides"]
+    placeholders = dict(item.split("=", 1) for item in overrides if "REPLACE_ME" in item)
+    # Parameters of AWS types are refused by CloudFormation itself (no such VPC or subnet).
+    checked = {
+        name: value
+        for name, value in placeholders.items()
+        if not source["Parameters"][name]["Type"].startswith(("AWS::", "List<AWS::"))
+    }
+    assert set(checked) == {"JwtIssuer", "JwtAudience", "AlarmEmail", "PrivateRouteTableIds"}
+    for name, value in checked.items():
+        refusals = deploy_refusals(source, {name: value})
+        assert any(name in refusal for refusal in refusals), (name, refusals)
+    # while real answers pass
+    real = {"JwtIssuer": "https://issuer.example.com/", "JwtAudience": "client",
+            "AlarmEmail": "ops@example.com"}  # fmt: skip
+    assert deploy_refusals(source, real) == []
+
+
+def test_without_a_public_url_the_deploy_says_what_is_off_and_the_url_to_give(source):
+    output = source["Outputs"]["PublicApiUrlMissing"]
+    condition = source["Conditions"][output["Condition"]]
+    assert _rule_value(condition, {"PublicApiUrl": ""})
+    assert not _rule_value(condition, {"PublicApiUrl": "https://api.example.com"})
+    # Its value is the stack's own API URL, the one to give.
+    assert output["Value"] == source["Outputs"]["ApiUrl"]["Value"]
+    assert "unsubscribe" in output["Description"]
+    assert "SMS" in output["Description"]
 
 
 def test_the_retention_archives_to_the_stacks_private_bucket_only(stack):
