@@ -5,11 +5,13 @@ functions, roles, event source mappings and alarms, not about the SAM shorthand.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import tomllib
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 from boto3.session import Session
@@ -17,13 +19,18 @@ from cfnlint.decode.cfn_yaml import load as load_yaml
 from samtranslator.parser.parser import Parser
 from samtranslator.translator.translator import Translator
 
+from tickwork.api.callbacks import callback_secret_ref
+from tickwork.connections.secrets import PROVIDER_TAG, SecretsManagerStore
 from tickwork.platform.config import ACTION_TYPES_PARAMETER_ENV, ENV_PREFIX, Settings
 from tickwork.providers import ProviderRegistry
+from tickwork.providers.unsubscribe import PROVIDERS as UNSUBSCRIBE_PROVIDERS
+from tickwork.suppression import links
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP = "Fn::ForEach::PerActionType"
 APPLICATION_FUNCTIONS = {
     "ApiFunction",
+    "PublicFunction",
     "TickFunction",
     "ReconcilerFunction",
     "DripsFunction",
@@ -101,6 +108,25 @@ def _resolve_literal_subs(node: Any, logical_ids: set[str]) -> Any:
     return node
 
 
+def _resolve_lookups(node: Any, mappings: dict[str, Any]) -> Any:
+    """Fn::FindInMap with literal keys (and a DefaultValue), and Fn::Select of a literal
+    index, resolved as LanguageExtensions resolves them once Fn::ForEach has put the type's
+    name in."""
+    if isinstance(node, dict):
+        node = {k: _resolve_lookups(v, mappings) for k, v in node.items()}
+        lookup = node.get("Fn::FindInMap")
+        if set(node) == {"Fn::FindInMap"} and all(isinstance(k, str) for k in lookup[:3]):
+            default = lookup[3]["DefaultValue"] if len(lookup) > 3 else None
+            return mappings[lookup[0]].get(lookup[1], {}).get(lookup[2], default)
+        selected = node.get("Fn::Select")
+        if set(node) == {"Fn::Select"} and isinstance(selected[0], (str, int)):
+            return selected[1][int(selected[0])]
+        return node
+    if isinstance(node, list):
+        return [_resolve_lookups(item, mappings) for item in node]
+    return node
+
+
 def source_template() -> dict[str, Any]:
     return json.loads(json.dumps(load_yaml(str(ROOT / "template.yaml"))))
 
@@ -123,6 +149,7 @@ def expand_for_each(template: dict[str, Any]) -> dict[str, Any]:
             assert "&{" not in text
             resources[key.replace("${" + var + "}", name)] = expanded
     assert not any(key.startswith("Fn::ForEach") for key in resources)
+    resources = _resolve_lookups(resources, template["Mappings"])
     return {**template, "Resources": _resolve_literal_subs(resources, set(resources))}
 
 
@@ -616,6 +643,37 @@ def test_only_the_document_the_console_unsubscribe_and_callbacks_need_no_token(s
     }
 
 
+def served_by_function(operation: dict[str, Any]) -> set[str]:
+    """The function a route's integration invokes (its ARN, less the pseudo parameters)."""
+    uri = operation["x-amazon-apigateway-integration"]["uri"]
+    return {name for name in refs(uri) if not name.startswith("AWS::")}
+
+
+def test_the_routes_without_a_token_are_served_apart_from_the_api(stack):
+    [api] = of_type(stack, "AWS::ApiGatewayV2::Api").values()
+    served_by = {
+        f"{method.upper()} {path}": served_by_function(operation)
+        for path, methods in api["Properties"]["Body"]["paths"].items()
+        for method, operation in methods.items()
+    }
+    public = {route for route, by in served_by.items() if by == {"PublicFunction"}}
+    assert public == {
+        "GET /console", "GET /console/{proxy+}", "GET /v1/unsubscribe/{token}",
+        "POST /v1/unsubscribe/{token}", "POST /v1/callbacks/{connection_id}",
+    }  # fmt: skip
+    # The API's own: every route behind the JWT, and its document.
+    assert set(served_by) - public == {
+        "X-AMAZON-APIGATEWAY-ANY-METHOD /v1/{proxy+}",
+        "GET /v1/openapi.json",
+    }
+    assert all(served_by[route] == {"ApiFunction"} for route in set(served_by) - public)
+    # It logs in as the API does (row-level security), never as the owner.
+    public_function = stack["PublicFunction"]["Properties"]
+    assert refs(public_function["Environment"]["Variables"]["TICKWORK_DATABASE_SECRET_ARN"]) == {
+        "ApiDatabaseSecret"
+    }
+
+
 # ---------------------------------------------------------------------- the crons
 
 
@@ -682,8 +740,8 @@ def test_the_tick_interval_drives_its_schedule_its_alarm_and_every_functions_loo
 
 
 def _rule_value(node: Any, parameters: dict[str, str]) -> Any:
-    """Evaluates a Rules assertion (Ref, Fn::Equals, Fn::Not, Fn::Or, Fn::And, Fn::Join) over
-    parameter values, as CloudFormation does before it creates anything."""
+    """Evaluates a Rules assertion (Ref, Fn::Equals, Fn::Not, Fn::Or, Fn::And, Fn::Join,
+    Fn::Contains) over parameter values, as CloudFormation does before it creates anything."""
     if isinstance(node, dict):
         ((key, value),) = node.items()
         if key == "Ref":
@@ -699,6 +757,8 @@ def _rule_value(node: Any, parameters: dict[str, str]) -> Any:
             return all(args)
         if key == "Fn::Join":
             return args[1]  # one comma-delimited parameter, already a string here
+        if key == "Fn::Contains":  # a comma-delimited parameter holds a string
+            return args[1] in args[0].split(",")
         raise AssertionError(f"no evaluator for {key}")
     return node
 
@@ -767,22 +827,16 @@ def test_the_alarm_destination_check_catches_a_template_without_one(source):
     assert alarm_destination_problems(without_https)
 
 
-SECRET_PATTERN = re.compile(
+# A secret under the stack's name, as the grant's ARN names it (`-??????`: the six
+# characters Secrets Manager appends to a name).
+STACK_SECRET = re.compile(
     r"arn:\$\{AWS::Partition\}:secretsmanager:\$\{AWS::Region\}:\$\{AWS::AccountId\}"
-    r":secret:\$\{AWS::StackName\}/(connections|webhooks)/\*"
+    r":secret:\$\{AWS::StackName\}/([\w*/]+?)(?:-\?{6})?"
 )
-# What each function may read beyond named secrets: this stack's connections' credentials,
-# its operator webhook signing secrets, or nothing. `log` sends nowhere; `event` sends through
-# the subscription's connection; only `webhook` signs with the operator's endpoints' secrets.
-SECRET_SCOPES = {
-    "ApiFunction": {"connections"},
-    "ResolverFunction": {"connections", "webhooks"},
-    "MigrateFunction": {"webhooks"},
-    "logDispatcher": set(),
-    "webhookDispatcher": {"connections", "webhooks"},
-}
 SECRET_WRITES = {"secretsmanager:CreateSecret", "secretsmanager:PutSecretValue"}
 SECRET_WRITES |= {"secretsmanager:DeleteSecret", "secretsmanager:UpdateSecret"}
+SECRET_WRITES |= {"secretsmanager:TagResource"}
+TAG_CONDITION = "secretsmanager:ResourceTag/"
 
 
 def _secret_statements(stack: dict[str, Any], role: str) -> list[dict[str, Any]]:
@@ -803,38 +857,146 @@ def _secret_statements(stack: dict[str, Any], role: str) -> list[dict[str, Any]]
     ]
 
 
-def secret_grant_problems(stack: dict[str, Any], types: list[str]) -> list[str]:
-    """Grants on Secrets Manager wider than each function's type needs."""
+def _grant(resource: Any, condition: dict[str, Any], named: set[str]) -> str:
+    """One grant as docs/deploy.md names it: a secret of the stack by its logical id, or
+    `<stack>/<pattern>` with the tag it must carry; `?` and the resource when it is neither."""
+    by_reference = isinstance(resource, dict) and not isinstance(resource.get("Fn::Sub"), str)
+    if by_reference and refs(resource) & named:
+        (secret,) = refs(resource) & named
+        return secret
+    text = resource.get("Fn::Sub") if isinstance(resource, dict) else resource
+    found = STACK_SECRET.fullmatch(text) if isinstance(text, str) else None
+    if found is None:
+        return "? " + json.dumps(resource)
+    grant = f"<stack>/{found.group(1)}"
+    for test, pairs in condition.items():
+        for key, value in pairs.items():
+            if test != "StringEquals" or not key.startswith(TAG_CONDITION):
+                return "? " + json.dumps(condition)
+            grant += f" tagged {key[len(TAG_CONDITION) :]}={value}"
+    return grant
+
+
+def secret_grants(stack: dict[str, Any]) -> tuple[dict[str, set[str]], set[str]]:
+    """What each function may read in Secrets Manager, and the functions that may write."""
     named = set(of_type(stack, "AWS::SecretsManager::Secret"))
-    problems = []
+    reads: dict[str, set[str]] = {}
+    writers: set[str] = set()
     for name, function in of_type(stack, "AWS::Lambda::Function").items():
-        default = {"connections"} if name.endswith("Dispatcher") else set()
-        expected = SECRET_SCOPES.get(name, default)
         (role,) = refs(function["Properties"]["Role"])
-        scopes: set[str] = set()
+        reads[name] = set()
         for statement in _secret_statements(stack, role):
-            actions = statement["Action"]
-            actions = {actions} if isinstance(actions, str) else set(actions)
-            resources = statement["Resource"]
-            for resource in resources if isinstance(resources, list) else [resources]:
-                if refs(resource) & named and not isinstance(resource.get("Fn::Sub"), str):
-                    continue  # one secret of this stack, by reference
-                text = resource.get("Fn::Sub") if isinstance(resource, dict) else resource
-                found = SECRET_PATTERN.fullmatch(text) if isinstance(text, str) else None
-                if found is None:
-                    problems.append(f"{name} may use secrets {json.dumps(resource)}")
-                    continue
-                scopes.add(found.group(1))
-                if actions & SECRET_WRITES and name != "ApiFunction":
-                    problems.append(f"{name} may write secrets")
-        if scopes != expected:
-            problems.append(f"{name} reads {sorted(scopes)}, needs {sorted(expected)}")
+            actions = set(_listed(statement["Action"]))
+            if actions & SECRET_WRITES:
+                writers.add(name)
+            for resource in _listed(statement["Resource"]):
+                reads[name].add(_grant(resource, statement.get("Condition", {}), named))
+    return reads, writers
+
+
+def documented_grants() -> dict[str, set[str]]:
+    """docs/deploy.md's table "What each function may read": the functions in code spans in
+    its first column, the secrets in code spans in its second (a `tickwork:provider=...`
+    span is the tag the secret before it must carry)."""
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    section = guide.split("### What each function may read", 1)[1].split("\n### ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert rows, "the table of what each function may read"
+    documented: dict[str, set[str]] = {}
+    for row in rows:
+        functions, secrets = row.strip("|").split("|")[:2]
+        grants: list[str] = []
+        for span in re.findall(r"`([^`]+)`", secrets):
+            if span.startswith("tickwork:provider="):
+                grants[-1] += f" tagged {span}"
+            else:
+                grants.append(span)
+        for function in re.findall(r"`([^`]+)`", functions):
+            assert function not in documented, f"{function} is in two rows"
+            documented[function] = set(grants)
+    return documented
+
+
+def secret_grant_problems(stack: dict[str, Any], documented: dict[str, set[str]]) -> list[str]:
+    """Grants on Secrets Manager other than the guide says, or outside this stack."""
+    reads, writers = secret_grants(stack)
+    problems = [f"{name} may write secrets" for name in sorted(writers - {"ApiFunction"})]
+    for name, found in sorted(reads.items()):
+        problems += [f"{name} may use secrets {g[2:]}" for g in sorted(found) if g[0] == "?"]
+        grants = {g for g in found if g[0] != "?"}
+        if grants != documented.get(name):
+            problems.append(f"{name} reads {sorted(grants)}, the guide says {documented.get(name)}")
     return problems
 
 
-def test_each_function_reads_only_the_secrets_its_type_needs_in_this_stack(stack, types):
+def test_each_function_reads_what_the_deploy_guide_says_and_only_in_this_stack(stack, types):
     assert {f"{t}Dispatcher" for t in types} >= {"logDispatcher", "webhookDispatcher"}
-    assert secret_grant_problems(stack, types) == []
+    documented = documented_grants()
+    assert set(documented) == set(of_type(stack, "AWS::Lambda::Function"))
+    assert secret_grant_problems(stack, documented) == []
+
+
+def test_the_public_routes_cannot_read_other_connections_credentials(stack):
+    reads, _ = secret_grants(stack)
+    assert reads["PublicFunction"] == {
+        "ApiDatabaseSecret",
+        "UnsubscribeKeySecret",
+        "<stack>/connections/*/callback",
+        "<stack>/connections/* tagged tickwork:provider=twilio",
+    }
+    # What the grants' ARNs match, for the names the code gives the secrets: a connection's
+    # callback secret outright, its credentials only with the tag the API puts on them.
+    store = SecretsManagerStore("tickwork-prod", 60)
+    connection = uuid4()
+    secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:{}-AbCdEf"
+    callback = secret.format(callback_secret_ref(store, connection))
+    credentials = secret.format(store.ref(str(connection)))
+    role = next(iter(refs(stack["PublicFunction"]["Properties"]["Role"])))
+    matching: dict[str, list[dict[str, Any]]] = {callback: [], credentials: []}
+    for statement in _secret_statements(stack, role):
+        for resource in _listed(statement["Resource"]):
+            text = resource.get("Fn::Sub") if isinstance(resource, dict) else None
+            if not isinstance(text, str):
+                continue
+            pattern = text.replace("${AWS::Partition}", "aws").replace(
+                "${AWS::Region}", "us-east-1"
+            )
+            pattern = pattern.replace("${AWS::AccountId}", "123456789012")
+            pattern = pattern.replace("${AWS::StackName}", "tickwork-prod")
+            for arn, found in matching.items():
+                if fnmatch.fnmatchcase(arn, pattern):
+                    found.append(statement.get("Condition", {}))
+    assert {} in matching[callback]
+    tagged = {"StringEquals": {f"{TAG_CONDITION}{PROVIDER_TAG}": "twilio"}}
+    assert matching[credentials] == [tagged]
+
+
+def test_the_unsubscribe_key_is_read_where_links_are_made_or_verified(source, stack, types):
+    # Links are signed by the API and the drip advance (templates' {{ unsubscribe_url }}) and
+    # by the dispatchers whose provider puts them in email headers; verified by the public
+    # routes. The reconciler only checks that they can be made.
+    default = json.loads(source["Parameters"]["ActionTypes"]["Default"])
+    signing_types = {t for t, c in default.items() if c["provider"] in UNSUBSCRIBE_PROVIDERS}
+    assert signing_types == {"email", "ses"}
+    expected = {"ApiFunction", "PublicFunction", "DripsFunction"}
+    expected |= {f"{t}Dispatcher" for t in signing_types}
+    reads, _ = secret_grants(stack)
+    readers = {name for name, grants in reads.items() if "UnsubscribeKeySecret" in grants}
+    assert readers == expected
+    for name, function in of_type(stack, "AWS::Lambda::Function").items():
+        variables = function["Properties"]["Environment"]["Variables"]
+        named = refs(variables.get("TICKWORK_UNSUBSCRIBE_KEY_SECRET_ARN", ""))
+        assert named == ({"UnsubscribeKeySecret"} if name in expected else set()), name
+        if name in expected and name.endswith("Dispatcher"):
+            assert "UnsubscribeKeyReadPolicy" in depends_on(function), name
+    reconciler = stack["ReconcilerFunction"]["Properties"]["Environment"]["Variables"]
+    own = {k: v for k, v in reconciler.items() if k.startswith("TICKWORK_UNSUBSCRIBE")}
+    assert own == {"TICKWORK_UNSUBSCRIBE_LINKS_ELSEWHERE": "true"}
+    settings = Settings.from_env({**own, "TICKWORK_PUBLIC_API_URL": "https://a.example"})
+    assert settings.unsubscribe_key is None
+    assert links.configured(settings)  # a row asking for a link is scheduled
+    with pytest.raises(links.UnsubscribeUnavailableError):  # and it signs none itself
+        links.url(settings, uuid4(), "email", "ann@example.com", "all")
 
 
 def _with_statement(stack: dict[str, Any], role: str, resource: Any) -> dict[str, Any]:
@@ -856,16 +1018,31 @@ def _with_statement(stack: dict[str, Any], role: str, resource: Any) -> dict[str
     return mutated
 
 
-def test_the_secret_check_catches_wide_or_foreign_grants(stack, types):
+def test_the_secret_check_catches_wide_or_foreign_grants(stack):
+    documented = documented_grants()
     everything = _with_statement(stack, "emailDispatcherRole", "*")
-    assert 'emailDispatcher may use secrets "*"' in secret_grant_problems(everything, types)
+    assert 'emailDispatcher may use secrets "*"' in secret_grant_problems(everything, documented)
     arn = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
     unscoped = {"Fn::Sub": arn + "tickwork/webhooks/*"}
-    assert secret_grant_problems(_with_statement(stack, "ResolverFunctionRole", unscoped), types)
+    mutated = _with_statement(stack, "ResolverFunctionRole", unscoped)
+    assert secret_grant_problems(mutated, documented)
     another_types = {"Fn::Sub": arn + "${AWS::StackName}/webhooks/*"}
     assert secret_grant_problems(
-        _with_statement(stack, "logDispatcherRole", another_types), types
-    ) == ["logDispatcher reads ['webhooks'], needs []"]
+        _with_statement(stack, "logDispatcherRole", another_types), documented
+    ) == [
+        "logDispatcher reads ['<stack>/webhooks/*', 'DatabaseSecret'],"
+        " the guide says {'DatabaseSecret'}"
+    ]
+    # The public routes reading every connection's credentials, untagged
+    every_connection = {"Fn::Sub": arn + "${AWS::StackName}/connections/*"}
+    mutated = _with_statement(stack, "PublicFunctionRole", every_connection)
+    assert [p for p in secret_grant_problems(mutated, documented) if "PublicFunction" in p]
+    # and a guide that says less than the template grants
+    fewer = {**documented, "DripsFunction": {"DatabaseSecret"}}
+    assert secret_grant_problems(stack, fewer) == [
+        "DripsFunction reads ['DatabaseSecret', 'UnsubscribeKeySecret'],"
+        " the guide says {'DatabaseSecret'}"
+    ]
 
 
 def log_problems(stack: dict[str, Any]) -> list[str]:
@@ -939,11 +1116,92 @@ def test_the_deploy_guide_states_the_reserved_concurrency_and_every_guided_quest
     assert refs(reserved.pop("ApiFunction")) == {"ApiConcurrency"}
     guide = (ROOT / "docs" / "deploy.md").read_text()
     assert f"the stack reserves `ApiConcurrency` + {sum(reserved.values())} (" in guide
-    # sam deploy --guided asks this for the routes outside the JWT authorizer.
-    assert "ApiFunction has no authentication. Is this okay? [y/N]: y" in guide
-    assert (
-        "ApiFunction has no authentication. Is this okay? [y/N]" in (ROOT / "README.md").read_text()
+    # sam deploy --guided asks this of each function with a route outside the JWT authorizer.
+    [api] = of_type(stack, "AWS::ApiGatewayV2::Api").values()
+    without_token = {
+        next(iter(served_by_function(operation)))
+        for methods in api["Properties"]["Body"]["paths"].values()
+        for operation in methods.values()
+        if operation["security"] == [{"NONE": []}]
+    }
+    assert without_token == {"ApiFunction", "PublicFunction"}
+    readme = (ROOT / "README.md").read_text()
+    for function in without_token:
+        assert f"{function} has no authentication. Is this okay? [y/N]: y" in guide
+    assert "ApiFunction has no authentication. Is this okay? [y/N]" in readme
+    assert "PublicFunction" in readme
+
+
+def _guide_section(title: str) -> str:
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    return guide.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_parameter_table_names_every_parameter_with_its_default(source):
+    parameters = source["Parameters"]
+    rows = [line for line in _guide_section("Parameters").splitlines() if line.startswith("| `")]
+    documented: list[str] = []
+    for row in rows:
+        names_cell, default_cell = row.strip("|").split("|")[:2]
+        names = re.findall(r"`(\w+)`", names_cell)
+        documented += names
+        defaults = [d.strip() for d in default_cell.split(" / ")]
+        if len(defaults) != len(names):
+            defaults = [default_cell.strip()] * len(names)
+        for name, shown in zip(names, defaults, strict=True):
+            assert name in parameters, f"the guide lists {name}, which the template does not take"
+            default = parameters[name].get("Default")
+            if default is None:
+                assert shown.startswith("(required"), (name, shown)
+            elif default == "":
+                assert shown in {"", "empty"} or shown.startswith("empty ("), (name, shown)
+            elif re.fullmatch(r"`[^`]*`|\d+", shown):
+                assert shown.strip("`") == str(default), (name, shown, default)
+    assert sorted(documented) == sorted(parameters)
+
+
+def test_the_guided_transcript_asks_every_parameter_in_order_with_what_it_offers(source):
+    transcript = _guide_section("From a clean clone")
+    asked = re.findall(r"^Parameter (\w+) \[(.*)\]:", transcript, re.MULTILINE)
+    assert [name for name, _ in asked] == list(source["Parameters"])
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    saved = dict(
+        item.split("=", 1)
+        for item in config["default"]["deploy"]["parameters"]["parameter_overrides"]
     )
+    for name, offered in asked:
+        assert offered == saved.get(name, str(source["Parameters"][name].get("Default", ""))), name
+
+
+def test_a_deploy_that_keeps_a_placeholder_stops_before_anything_is_made(source):
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    overrides = config["default"]["deploy"]["parameters"]["parameter_overrides"]
+    placeholders = dict(item.split("=", 1) for item in overrides if "REPLACE_ME" in item)
+    # Parameters of AWS types are refused by CloudFormation itself (no such VPC or subnet).
+    checked = {
+        name: value
+        for name, value in placeholders.items()
+        if not source["Parameters"][name]["Type"].startswith(("AWS::", "List<AWS::"))
+    }
+    assert set(checked) == {"JwtIssuer", "JwtAudience", "AlarmEmail", "PrivateRouteTableIds"}
+    for name, value in checked.items():
+        refusals = deploy_refusals(source, {name: value})
+        assert any(name in refusal for refusal in refusals), (name, refusals)
+    # while real answers pass
+    real = {"JwtIssuer": "https://issuer.example.com/", "JwtAudience": "client",
+            "AlarmEmail": "ops@example.com"}  # fmt: skip
+    assert deploy_refusals(source, real) == []
+
+
+def test_without_a_public_url_the_deploy_says_what_is_off_and_the_url_to_give(source):
+    output = source["Outputs"]["PublicApiUrlMissing"]
+    condition = source["Conditions"][output["Condition"]]
+    assert _rule_value(condition, {"PublicApiUrl": ""})
+    assert not _rule_value(condition, {"PublicApiUrl": "https://api.example.com"})
+    # Its value is the stack's own API URL, the one to give.
+    assert output["Value"] == source["Outputs"]["ApiUrl"]["Value"]
+    assert "unsubscribe" in output["Description"]
+    assert "SMS" in output["Description"]
 
 
 def test_the_retention_archives_to_the_stacks_private_bucket_only(stack):

@@ -16,10 +16,9 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tickwork import __version__, console, runtime
+from tickwork import __version__
 from tickwork.api import (
     actions,
-    callbacks,
     campaigns,
     changes,
     connections,
@@ -32,11 +31,11 @@ from tickwork.api import (
     forecast,
     intents,
     operations,
+    public,
     recipients,
     recurring,
     rules,
     suppressions,
-    unsubscribe,
     workspace,
 )
 from tickwork.api.request import check_event, decode_body, request_checks
@@ -173,16 +172,11 @@ def openapi_document() -> str:
 def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Resolve one API Gateway HTTP API (payload v2) event. Oversized bodies are refused
     before anything parses them."""
+    if public.is_public(event.get("rawPath", "")):
+        # The console's files, unsubscribe links and providers' callbacks: in AWS their own
+        # function (PublicFunction) serves them; here the same code, for the local runtime.
+        return public.handle(event, context)
     http = event.get("requestContext", {}).get("http", {})
-    if console.is_console(event.get("rawPath", "")):
-        # The console's files, public like the OpenAPI document: they hold no data.
-        return console.serve(
-            http.get("method", "GET"), event["rawPath"], runtime.current_settings()
-        )
-    if callbacks.is_callback(event.get("rawPath", "")):
-        # Providers' status callbacks: public, in the providers' own formats, verified the
-        # providers' way (not with a JWT).
-        return callbacks.handle(event)
     if http.get("method") == "GET" and event.get("rawPath") == OPENAPI_PATH:
         # The document describes the API to anyone; it is not a workspace's resource.
         return {
@@ -193,13 +187,6 @@ def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         }
     body = event.get("body") or ""
     headers = {key.lower(): value for key, value in (event.get("headers") or {}).items()}
-    if unsubscribe.is_unsubscribe(event.get("rawPath", "")):
-        # Public, signed by its token; its one-click POST is a form, not JSON (read there,
-        # base64 or not).
-        return unsubscribe.serve(
-            http.get("method", "GET"), event["rawPath"], headers, body,
-            runtime.current().settings, base64_encoded=bool(event.get("isBase64Encoded")),
-        )  # fmt: skip
     content_type = headers.get("content-type", "").strip().lower()
     if body and content_type and not content_type.startswith("application/json"):
         return errors.error_result(

@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from tickwork.connections.secrets import SecretStore, SecretStoreError
+from tickwork.connections.secrets import PROVIDER_TAG, SecretStore, SecretStoreError
 from tickwork.platform.db import Connection as Db
 from tickwork.platform.db import storable
 from tickwork.platform.errors import ConflictError, InputError, NotFoundError
@@ -106,13 +106,13 @@ def create(
         "settings": Jsonb(settings), "secret_ref": ref, "created_by": created_by,
     })  # fmt: skip
     assert row is not None
-    _store(store, ref, credentials)
+    _store(store, ref, credentials, provider)
     return row
 
 
-def _store(store: SecretStore, ref: str, credentials: dict[str, str]) -> None:
+def _store(store: SecretStore, ref: str, credentials: dict[str, str], provider: str) -> None:
     try:
-        store.put(ref, credentials)
+        store.put(ref, credentials, {PROVIDER_TAG: provider})
     except SecretStoreError as exc:
         raise ConflictError(exc.message) from exc
 
@@ -152,7 +152,7 @@ def update(
     if row is None:
         raise _not_found(connection_id)
     if credentials is not None and row.secret_ref:
-        _store(store, row.secret_ref, credentials)
+        _store(store, row.secret_ref, credentials, row.provider)
     return row
 
 

@@ -7,10 +7,15 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from tickwork.platform.errors import TickworkError
+
+# The tag naming a connection secret's provider. IAM reads it: the public function may read
+# only Twilio connections' credentials (Twilio signs its callbacks with the auth token).
+PROVIDER_TAG: Final = "tickwork:provider"
 
 
 class SecretStoreError(TickworkError):
@@ -22,7 +27,9 @@ class SecretStoreError(TickworkError):
 class SecretStore(Protocol):
     def ref(self, connection_id: str) -> str: ...
 
-    def put(self, ref: str, values: dict[str, str]) -> None: ...
+    def put(
+        self, ref: str, values: dict[str, str], tags: Mapping[str, str] | None = None
+    ) -> None: ...
 
     def get(self, ref: str) -> dict[str, str]: ...
 
@@ -43,7 +50,8 @@ class MemorySecretStore:
     def ref(self, connection_id: str) -> str:
         return f"memory/connections/{connection_id}"
 
-    def put(self, ref: str, values: dict[str, str]) -> None:
+    def put(self, ref: str, values: dict[str, str], tags: Mapping[str, str] | None = None) -> None:
+        # Tags matter to IAM only: nothing here reads them.
         with self._lock:
             self._values[ref] = dict(values)
 
@@ -79,7 +87,7 @@ class FileSecretStore(MemorySecretStore):
             json.dump(self._values, out)
         tmp.replace(self.path)
 
-    def put(self, ref: str, values: dict[str, str]) -> None:
+    def put(self, ref: str, values: dict[str, str], tags: Mapping[str, str] | None = None) -> None:
         with self._lock:
             self._values[ref] = dict(values)
             self._save()
@@ -110,17 +118,22 @@ class SecretsManagerStore:
     def ref(self, connection_id: str) -> str:
         return f"{self.prefix}/connections/{connection_id}"
 
-    def put(self, ref: str, values: dict[str, str]) -> None:
+    def put(self, ref: str, values: dict[str, str], tags: Mapping[str, str] | None = None) -> None:
+        """Create or replace the secret, with `tags` (kept on a secret that existed, so a
+        secret made before it had them gets them when its credentials change)."""
         from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - lazy: botocore loads only where AWS is called (cold start)
 
         text = json.dumps(values)
+        pairs = [{"Key": key, "Value": value} for key, value in (tags or {}).items()]
         try:
             try:
-                self.client().create_secret(Name=ref, SecretString=text)
+                self.client().create_secret(Name=ref, SecretString=text, Tags=pairs)
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "ResourceExistsException":
                     raise
                 self.client().put_secret_value(SecretId=ref, SecretString=text)
+                if pairs:
+                    self.client().tag_resource(SecretId=ref, Tags=pairs)
         except (BotoCoreError, ClientError) as exc:
             raise SecretStoreError("the credentials could not be stored; try again") from exc
 

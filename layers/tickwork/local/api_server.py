@@ -23,11 +23,8 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from tickwork import console
-from tickwork.api import OPENAPI_PATH
-from tickwork.api.callbacks import is_callback
+from tickwork.api import OPENAPI_PATH, public
 from tickwork.api.errors import error_json, error_result, status_of
-from tickwork.api.unsubscribe import is_unsubscribe
 from tickwork.local.auth import LocalJwt
 from tickwork.local.handlers import LocalContext
 from tickwork.platform.errors import AuthenticationError
@@ -221,11 +218,7 @@ class ApiApp:
         try:
             claims = None
             path = urlsplit(request.target).path
-            public = (
-                path in PUBLIC_PATHS or console.is_console(path) or is_unsubscribe(path)
-                or is_callback(path)
-            )  # fmt: skip
-            if not public:
+            if path not in PUBLIC_PATHS and not public.is_public(path):
                 claims = self.jwt.verify(request.headers.get("authorization"))
             event = http_api_event(
                 request.method, request.target, request.headers, request.body, claims,

@@ -19,8 +19,8 @@ from tickwork.platform.observability import logger
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 LAMBDAS = (
-    "api", "dispatcher", "drips", "expander", "migrate", "reconciler", "resolver", "retention",
-    "rollup", "tick",
+    "api", "dispatcher", "drips", "expander", "migrate", "public", "reconciler", "resolver",
+    "retention", "rollup", "tick",
 )  # fmt: skip
 
 

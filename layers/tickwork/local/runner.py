@@ -30,6 +30,7 @@ from multiprocessing.queues import SimpleQueue
 from typing import Any, TypeVar
 
 from tickwork import runtime
+from tickwork.api import public
 from tickwork.connections.secrets import MemorySecretStore, SecretStore
 from tickwork.engine import tick
 from tickwork.local import handlers, paths
@@ -356,6 +357,9 @@ class LocalRuntime:
         """The API handler, and under /local/ what only this process knows: its in-process
         queues (for `tickwork status` and `tickwork redrive`). The server checked the token."""
         path = str(event.get("rawPath", ""))
+        if public.is_public(path):
+            # As API Gateway routes them in AWS: the routes without a token to their own Lambda.
+            return handlers.load("public")(event, context)
         if not path.startswith(LOCAL_ADMIN_PREFIX):
             return handlers.load("api")(event, context)
         method = event["requestContext"]["http"]["method"]

@@ -232,6 +232,10 @@ class Settings(BaseModel):
     # built; locally it is made once and kept in the data directory. Never shown or logged.
     unsubscribe_key: str | None = Field(default=None, repr=False)
     unsubscribe_key_secret_arn: str | None = None
+    # True where a function only checks that a message may carry a link, and its dispatcher
+    # signs it (the reconciler scheduling intents' rows): the stack has a key, this function
+    # need not hold it (least privilege).
+    unsubscribe_links_elsewhere: bool = False
 
     # Kill switches: dispatch stops, rows stay queued, nothing is lost.
     dispatch_enabled: bool = True

@@ -153,7 +153,10 @@ def _decode(body: bytes) -> Link:
 
 
 def configured(settings: Settings) -> bool:
-    return bool(settings.public_api_url and settings.unsubscribe_key)
+    """Whether the stack can make links: a public URL, and a key here or in the functions
+    that sign them (`unsubscribe_links_elsewhere`)."""
+    has_key = settings.unsubscribe_key or settings.unsubscribe_links_elsewhere
+    return bool(settings.public_api_url and has_key)
 
 
 def url(settings: Settings, workspace_id: UUID, channel: str, address: str, scope: str) -> str:
