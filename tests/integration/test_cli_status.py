@@ -315,15 +315,16 @@ def test_actions_why_prints_each_step_in_utc_or_the_apis_json(
         assert cli.main(["actions", "why", created["id"][:8], *acting]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert re.fullmatch(
-            rf"action {created['id']} is queued \(as of \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC\):",
+            rf"action {created['id']} is queued \(as of \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC\);"
+            r" times in UTC:",
             lines[0],
         )
         assert re.fullmatch(
-            r"  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d  Created through the API by ops, for .* UTC\.",
+            r"  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC  Created through the API by ops, for .* UTC\.",
             lines[1],
         )
         due = created["publish_at"].replace("T", " ")[:19]
-        assert lines[2].startswith(f"  {due}  Due at {due} UTC, in ")
+        assert lines[2].startswith(f"  {due} UTC  Due at {due} UTC, in ")
         # For scripts: the API's answer
         assert cli.main(["actions", "why", created["id"], *acting, "--json"]) == 0
         answer = json.loads(capsys.readouterr().out)

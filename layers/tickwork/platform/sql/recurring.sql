@@ -94,13 +94,16 @@ with picked as (
     order by id
     limit %(limit)s
     for update
+), paused as (
+    update recurring_schedules s
+    set status = 'paused', paused_reason = %(reason)s, paused_at = %(now)s,
+        last_materialized_through = least(s.last_materialized_through, %(now)s)
+    from picked p
+    where s.id = p.id and s.workspace_id = %(workspace_id)s and s.status = 'active'
+    returning s.id
 )
-update recurring_schedules s
-set status = 'paused', paused_reason = %(reason)s, paused_at = %(now)s,
-    last_materialized_through = least(s.last_materialized_through, %(now)s)
-from picked p
-where s.id = p.id and s.workspace_id = %(workspace_id)s and s.status = 'active'
-returning s.id
+-- In id order, as they were picked (an update returns its rows in no promised order).
+select id from paused order by id
 
 -- name: resume_schedule
 -- paused -> active, with a fresh failure count (and, for a schedule that renders its
